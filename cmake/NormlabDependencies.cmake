@@ -1,0 +1,27 @@
+# Third-party libraries from Debian packages (tools/setup.sh installs them). See
+# docs/dependencies.md for why each one sits where it does.
+find_package(yaml-cpp CONFIG REQUIRED)       # 0.7: target `yaml-cpp`, no namespace
+find_package(spdlog CONFIG REQUIRED)         # compiled against Debian's fmt 9: never sees torch
+find_package(nlohmann_json 3 CONFIG REQUIRED)
+find_package(ZLIB REQUIRED)
+# SentencePiece ships no CMake config; found by file so that no pkg-config is needed either
+# (tools/gpu/pack_deps.sh prefixes have none on the GPU machines).
+find_path(NORMLAB_SPM_INCLUDE_DIR sentencepiece_processor.h)
+find_library(NORMLAB_SPM_LIBRARY sentencepiece)
+find_library(NORMLAB_SPM_TRAIN_LIBRARY sentencepiece_train)
+if(NOT NORMLAB_SPM_INCLUDE_DIR OR NOT NORMLAB_SPM_LIBRARY OR NOT NORMLAB_SPM_TRAIN_LIBRARY)
+  message(FATAL_ERROR "normlab: SentencePiece not found (headers: ${NORMLAB_SPM_INCLUDE_DIR}, "
+    "library: ${NORMLAB_SPM_LIBRARY}). Install libsentencepiece-dev (tools/setup.sh) or add its "
+    "prefix to CMAKE_PREFIX_PATH.")
+endif()
+add_library(normlab_sentencepiece INTERFACE IMPORTED)
+set_target_properties(normlab_sentencepiece PROPERTIES
+  INTERFACE_INCLUDE_DIRECTORIES "${NORMLAB_SPM_INCLUDE_DIR}"
+  INTERFACE_LINK_LIBRARIES "${NORMLAB_SPM_TRAIN_LIBRARY};${NORMLAB_SPM_LIBRARY}")
+if(NORMLAB_BUILD_TOOLS)
+  find_package(CLI11 CONFIG REQUIRED)
+endif()
+if(NORMLAB_BUILD_TESTS)
+  find_package(GTest CONFIG REQUIRED)
+  include(GoogleTest)
+endif()

@@ -1,0 +1,55 @@
+# Finds LibTorch inside a Python torch installation (by default the project's .venv) and checks
+# the CUDA toolkit that the torch wheel's CMake config needs at configure time.
+#
+# Inputs (cache):  NORMLAB_PYTHON  the python whose torch to use (default: .venv/bin/python,
+#                                  else python3 on PATH). Ignored when Torch_DIR is set.
+# Result:          the imported target `torch`, TORCH_LIBRARIES, NORMLAB_TORCH_PREFIX.
+
+if(NOT Torch_DIR)
+  set(_venv_python "${PROJECT_SOURCE_DIR}/.venv/bin/python")
+  if(EXISTS "${_venv_python}")
+    set(_default_python "${_venv_python}")
+  else()
+    find_program(_default_python NAMES python3 python)
+  endif()
+  set(NORMLAB_PYTHON "${_default_python}" CACHE FILEPATH "Python whose torch package provides LibTorch")
+  if(NOT NORMLAB_PYTHON)
+    message(FATAL_ERROR "normlab: no Python found to locate LibTorch. Run tools/setup.sh, or pass "
+                        "-DNORMLAB_PYTHON=/path/to/python (with torch installed) or -DTorch_DIR=...")
+  endif()
+  # find_spec locates the package without importing it (no CUDA initialisation, fast).
+  execute_process(
+    COMMAND "${NORMLAB_PYTHON}" -c
+      "import importlib.util,os;s=importlib.util.find_spec('torch');print(os.path.dirname(s.origin) if s else '')"
+    OUTPUT_VARIABLE _torch_pkg OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _rc)
+  if(NOT _rc EQUAL 0 OR NOT _torch_pkg)
+    message(FATAL_ERROR "normlab: '${NORMLAB_PYTHON}' has no torch package. Run tools/setup.sh "
+                        "(installs torch==2.11.0 into .venv) or point -DNORMLAB_PYTHON at a python with torch.")
+  endif()
+  set(Torch_DIR "${_torch_pkg}/share/cmake/Torch" CACHE PATH "LibTorch CMake package" FORCE)
+endif()
+get_filename_component(NORMLAB_TORCH_PREFIX "${Torch_DIR}/../../.." ABSOLUTE)
+
+# The torch wheel is a CUDA build: its config calls enable_language(CUDA) and
+# find_package(CUDAToolkit REQUIRED) even for CPU-only use. Fail early and clearly.
+if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+  set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc CACHE FILEPATH "CUDA compiler")
+endif()
+include(CheckLanguage)
+check_language(CUDA)
+if(NOT CMAKE_CUDA_COMPILER)
+  message(FATAL_ERROR
+    "normlab: the CUDA toolkit was not found, and torch's CMake package (${Torch_DIR}) needs it "
+    "at configure time even for a CPU-only build. Install the CUDA 13.0 toolkit (nvcc, cudart, "
+    "cuBLAS headers) under /usr/local/cuda or pass -DCMAKE_CUDA_COMPILER=/path/to/nvcc. "
+    "See docs/dependencies.md.")
+endif()
+enable_language(CUDA)
+# torch's config ignores (and turns OFF) CMAKE_CUDA_ARCHITECTURES and reads TORCH_CUDA_ARCH_LIST
+# for its own nvcc flags; our kernels set their architectures per target (NORMLAB_CUDA_ARCHS).
+if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+  set(TORCH_CUDA_ARCH_LIST "9.0")
+endif()
+
+find_package(Torch REQUIRED)
+message(STATUS "normlab: LibTorch ${Torch_VERSION} from ${NORMLAB_TORCH_PREFIX}")

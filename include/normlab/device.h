@@ -1,0 +1,27 @@
+// What this process can compute on: LibTorch's version and the CUDA devices it sees.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace normlab {
+
+struct CudaDeviceInfo {
+  int index = 0;
+  std::string name;          // e.g. "NVIDIA H200"
+  int compute_major = 0;     // compute capability, e.g. 9.0
+  int compute_minor = 0;
+  double memory_gib = 0.0;   // total device memory
+};
+
+/// "2.11.0" : the LibTorch version normlab was compiled against.
+std::string torch_version();
+/// True when LibTorch was built with CUDA and at least one device is usable.
+bool cuda_available();
+/// The CUDA devices visible to this process (empty without CUDA).
+std::vector<CudaDeviceInfo> cuda_devices();
+/// The CUDA architectures normlab's own kernels (src/kernels) were compiled for, e.g. "90";
+/// empty when this build has no kernels (NORMLAB_CUDA off or no nvcc).
+std::string own_kernels_archs();
+
+}  // namespace normlab

@@ -1,0 +1,22 @@
+// A `normlab` subcommand: `setup` declares its options on the CLI11 sub-app and returns the
+// function that runs it once the command line is parsed. Every subcommand lives in its own
+// cmd_<name>.cpp; the table of them is in main.cpp.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace normlab::cli {
+
+using Runner = std::function<int()>;   // returns the process exit code
+
+struct Command {
+  const char* name;
+  const char* summary;
+  Runner (*setup)(CLI::App& sub);
+};
+
+Runner setup_version(CLI::App& sub);
+
+}  // namespace normlab::cli

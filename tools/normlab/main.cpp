@@ -1,0 +1,67 @@
+// The normlab command-line tool. Subcommands are declared in kCommands, one row each; their
+// options and code live in cmd_<name>.cpp. Errors go to stderr with a non-zero exit code:
+// 1 for a failed command, 2 for an unknown command, the CLI11 code (105, 106, ...) for a
+// malformed command line.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "normlab/version.h"
+
+namespace {
+
+using normlab::cli::Command;
+
+// clang-format off
+const Command kCommands[] = {
+  {"version", "print normlab's and LibTorch's versions and the devices seen", normlab::cli::setup_version},
+};
+// clang-format on
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"normlab " NORMLAB_VERSION_STRING
+               ": pre-training language models with the normalization placement at the centre",
+               "normlab"};
+  app.require_subcommand(1);
+  app.footer("Run 'normlab <command> --help' for a command's options.");
+
+  std::vector<std::pair<CLI::App*, normlab::cli::Runner>> runners;
+  for (const Command& c : kCommands) {
+    CLI::App* sub = app.add_subcommand(c.name, c.summary);
+    runners.emplace_back(sub, c.setup(*sub));
+  }
+
+  // An unknown first word is a mistyped command: say so, and list the commands.
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string word = argv[1];
+    bool known = false;
+    std::string names;
+    for (const Command& c : kCommands) {
+      known = known || word == c.name;
+      names += (names.empty() ? "" : ", ") + std::string(c.name);
+    }
+    if (!known) {
+      std::cerr << "normlab: unknown command '" << word << "' (commands: " << names << ")\n";
+      return 2;
+    }
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);   // --help goes to stdout with code 0; errors to stderr
+  }
+  for (auto& [sub, run] : runners) {
+    if (!sub->parsed()) continue;
+    try {
+      return run();
+    } catch (const std::exception& e) {
+      std::cerr << "normlab " << sub->get_name() << ": error: " << e.what() << "\n";
+      return 1;
+    }
+  }
+  return 1;  // unreachable: require_subcommand(1)
+}

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Installs everything normlab needs on a Debian 12 machine, idempotently:
+#   1. Debian packages (build tools, libraries, the built-in corpus), only the missing ones;
+#   2. a project-local Python venv (.venv, or $NORMLAB_VENV) with torch==2.11.0, the LibTorch
+#      distribution the build links against and the runtime of tests/reference/.
+# A second run with everything present takes a second or two.
+# Usage: tools/setup.sh [--no-python]
+# Env:   NORMLAB_VENV  venv folder (default: <repo>/.venv)
+set -euo pipefail
+
+TORCH_VERSION=2.11.0
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+venv=${NORMLAB_VENV:-$root/.venv}
+with_python=1
+for arg in "$@"; do
+  case $arg in
+    --no-python) with_python=0 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown argument '$arg'" >&2; exit 2 ;;
+  esac
+done
+
+# ---- Debian packages ---------------------------------------------------------------------
+packages=(
+  cmake ninja-build ccache g++ pkg-config make git        # build
+  libyaml-cpp-dev                                         # config files
+  libspdlog-dev libfmt-dev                                # logging (kept away from torch's fmt)
+  libsentencepiece-dev sentencepiece                      # tokenizer library and tools
+  libgtest-dev libgmock-dev                               # tests
+  libcli11-dev nlohmann-json3-dev                         # CLI, JSON
+  zlib1g-dev                                              # gzip input
+  bible-kjv                                               # the built-in default corpus
+  python3 python3-venv                                    # venv for torch and the references
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The torch wheel's CMake config needs the CUDA toolkit at configure time (docs/dependencies.md).
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "setup: warning: no CUDA toolkit (nvcc) found; the torch==$TORCH_VERSION CMake package" \
+       "needs it at configure time. Install CUDA 13.0 (/usr/local/cuda) before building." >&2
+fi
+
+# ---- Python venv with torch --------------------------------------------------------------
+if ((with_python)); then
+  py=$venv/bin/python
+  have=""
+  [ -x "$py" ] && have=$("$py" - <<'PY' 2>/dev/null || true
+import importlib.metadata as m
+try: print(m.version("torch"))
+except Exception: pass
+PY
+)
+  if [ "${have%%+*}" != "$TORCH_VERSION" ] || ! "$py" -c "import numpy, safetensors, sentencepiece" 2>/dev/null; then
+    echo "setup: creating $venv with torch==$TORCH_VERSION (about 3.6 GB of wheels)"
+    start=$(date +%s)
+    [ -x "$py" ] || python3 -m venv "$venv"
+    "$py" -m pip install -q --disable-pip-version-check \
+      "torch==$TORCH_VERSION" numpy safetensors sentencepiece
+    echo "setup: venv ready in $(( $(date +%s) - start )) s"
+  fi
+fi
+echo "setup: ok"
