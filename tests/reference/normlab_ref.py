@@ -153,10 +153,10 @@ def attention(P, prefix, x, cfg, use_qkv_norm):
     k = qkv[..., H * hd: (H + KV) * hd].reshape(B, T, KV, hd)
     v = qkv[..., (H + KV) * hd:].reshape(B, T, KV, hd)
     if use_qkv_norm:
-        # per-head RMSNorm (gain of size hd shared by all heads), before RoPE
-        q = rms_norm(q, P[prefix + ".q_norm.weight"], cfg["norm_eps"])
-        k = rms_norm(k, P[prefix + ".k_norm.weight"], cfg["norm_eps"])
-        v = rms_norm(v, P[prefix + ".v_norm.weight"], cfg["norm_eps"])
+        # per-head norm of the model's norm type (gain of size hd shared by all heads), before RoPE
+        q = norm(P, prefix + ".q_norm", q, cfg)
+        k = norm(P, prefix + ".k_norm", k, cfg)
+        v = norm(P, prefix + ".v_norm", v, cfg)
     q = rope(q, cfg["rope_theta"])
     k = rope(k, cfg["rope_theta"])
     o = causal_attention(q, k, v).reshape(B, T, H * hd)

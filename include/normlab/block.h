@@ -1,0 +1,35 @@
+// The contract between the model and a scheme. A scheme contributes:
+//   - L blocks (SchemeBlockImpl): forward(Streams) -> Streams, reading like the paper's rule;
+//   - enter: how the streams start from the token embedding;
+//   - exit:  the end-of-network fusion that produces Z, the input of the LM head.
+// build_scheme() is the one factory; each scheme's builder lives in src/schemes/<name>.cpp and
+// registers its end-of-network norms on the owning model under stable top-level names.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "normlab/model_config.h"
+#include "normlab/streams.h"
+
+namespace normlab {
+
+class SchemeBlockImpl : public torch::nn::Module {
+ public:
+  virtual Streams forward(const Streams& s) = 0;
+};
+
+struct SchemeParts {
+  std::vector<std::shared_ptr<SchemeBlockImpl>> blocks;       // n_layers of them
+  std::function<Streams(const torch::Tensor& embedding)> enter;
+  std::function<torch::Tensor(const Streams& s)> exit;        // -> Z (B, T, C)
+};
+
+/// Builds cfg.scheme's blocks and ends; end norms are registered on `owner`. Parameters are
+/// created on `device` and initialised (init.h) with the scheme's own adjustments.
+SchemeParts build_scheme(const ModelConfig& cfg, torch::nn::Module& owner, torch::Device device);
+
+}  // namespace normlab

@@ -1,0 +1,66 @@
+// File helpers with errors that name the file: read-only memory mapping, whole-file reads,
+// and atomic writes (a temporary name in the same folder, fsync, then rename), so that a
+// reader never sees a half-written file and an existing file survives a failed write.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+namespace normlab {
+
+/// An I/O failure; what() starts with the path.
+class FileError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A read-only mapping of a whole file. Empty files map to data() == nullptr, size() == 0.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const char* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+/// Sequential writer handed to write_file_atomic's callback; every failed write throws.
+class FileWriter {
+ public:
+  void write(const void* data, size_t n);
+  void write(const std::string& s) { write(s.data(), s.size()); }
+  uint64_t bytes_written() const { return written_; }
+
+ private:
+  friend void write_file_atomic(const std::string&, const std::function<void(FileWriter&)>&);
+  FileWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  int fd_;
+  std::string path_;
+  uint64_t written_ = 0;
+};
+
+/// Writes `path` through `fill` into a temporary file next to it, then fsyncs and renames it
+/// into place. On any failure (including an exception from `fill`) the temporary file is
+/// removed, `path` is untouched, and the error is rethrown as FileError naming `path`.
+void write_file_atomic(const std::string& path, const std::function<void(FileWriter&)>& fill);
+
+/// The whole file as a string.
+std::string read_file(const std::string& path);
+
+/// fsyncs a directory so that a rename inside it is durable.
+void fsync_directory(const std::string& dir);
+
+}  // namespace normlab

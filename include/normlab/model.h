@@ -1,0 +1,59 @@
+// DecoderLM: the decoder-only language model around a normalization scheme.
+//   tokens -> Embedding -> enter -> L scheme blocks -> exit (end fusion, Z) -> LM head -> logits
+// Parameter names are stable checkpoint keys: embed.weight, blocks.<l>.<...>, the scheme's end
+// norms (final_norm, final_norm_x, final_norm_y), head.weight (absent when tied).
+// Shapes: B = batch, T = sequence, C = d_model, V = vocabulary.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+
+#include <memory>
+#include <vector>
+
+#include "normlab/block.h"
+#include "normlab/linear.h"
+#include "normlab/model_config.h"
+#include "normlab/streams.h"
+
+namespace normlab {
+
+struct LossOutput {
+  torch::Tensor loss;    // () cross-entropy + z-loss term: what backward() is called on
+  torch::Tensor ce;      // () mean cross-entropy
+  torch::Tensor z;       // () mean logsumexp^2 (unweighted); only when z_loss > 0
+  torch::Tensor logits;  // (B, T, V)
+};
+
+class DecoderLMImpl : public torch::nn::Module {
+ public:
+  /// Builds and initialises the model with its parameters created on `device` (the meta device
+  /// builds the structure without allocating). cfg is validated first.
+  explicit DecoderLMImpl(const ModelConfig& cfg, torch::Device device = torch::kCPU);
+
+  /// The fused output Z that feeds the head, (B, T) token ids -> (B, T, C).
+  torch::Tensor hidden(const torch::Tensor& tokens, const Probe& probe = nullptr);
+  /// Logits (B, T, V).
+  torch::Tensor forward(const torch::Tensor& tokens, const Probe& probe = nullptr);
+  /// Logits and the mean next-token loss against `targets` (B, T); z_loss weights
+  /// mean(logsumexp(logits)^2). Cross-entropy is computed in fp32.
+  LossOutput loss(const torch::Tensor& tokens, const torch::Tensor& targets, double z_loss = 0.0,
+                  const Probe& probe = nullptr);
+
+  /// The head weight in use: head.weight, or embed.weight when tied.
+  torch::Tensor head_weight() const;
+
+  ModelConfig config;
+  Embedding embed{nullptr};
+  torch::nn::ModuleList blocks{nullptr};
+  Linear head{nullptr};  // untied only
+  std::vector<std::shared_ptr<SchemeBlockImpl>> scheme_blocks;  // the same blocks, typed
+
+ private:
+  SchemeParts parts_;  // enter/exit of the scheme (its blocks live in scheme_blocks)
+};
+TORCH_MODULE(DecoderLM);
+
+}  // namespace normlab

@@ -1,0 +1,68 @@
+#include "normlab/attention.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+namespace normlab {
+
+AttentionOptions attention_options(const ModelConfig& cfg, torch::Device device) {
+  return AttentionOptions(cfg.d_model, cfg.n_heads)
+      .n_kv_heads(cfg.kv_heads())
+      .qkv_norm(cfg.uses_qkv_norm())
+      .rope_theta(cfg.rope_theta)
+      .norm_type(cfg.norm_type)
+      .norm_eps(cfg.norm_eps)
+      .device(device);
+}
+
+AttentionImpl::AttentionImpl(const AttentionOptions& options_) : options(options_) {
+  const int64_t C = options.d_model(), H = options.n_heads(), Hk = options.kv_heads();
+  const int64_t D = options.head_dim();
+  qkv = register_module("qkv", Linear(C, (H + 2 * Hk) * D, options.device()));
+  out = register_module("out", Linear(H * D, C, options.device()));
+  if (options.qkv_norm()) {
+    const auto head_norm =
+        NormOptions(D).eps(options.norm_eps()).type(options.norm_type()).device(options.device());
+    q_norm = register_module("q_norm", Norm(head_norm));
+    k_norm = register_module("k_norm", Norm(head_norm));
+    v_norm = register_module("v_norm", Norm(head_norm));
+  }
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1);
+  const int64_t H = options.n_heads(), Hk = options.kv_heads(), D = options.head_dim();
+
+  const std::vector<torch::Tensor> parts = qkv(x).split({H * D, Hk * D, Hk * D}, /*dim=*/-1);
+  torch::Tensor q = parts[0].view({B, T, H, D});
+  torch::Tensor k = parts[1].view({B, T, Hk, D});
+  torch::Tensor v = parts[2].view({B, T, Hk, D});
+  if (options.qkv_norm()) {
+    q = q_norm(q);
+    k = k_norm(k);
+    v = v_norm(v);
+  }
+  q = q.transpose(1, 2);  // (B, H, T, D)
+  k = k.transpose(1, 2);  // (B, Hk, T, D)
+  v = v.transpose(1, 2);
+
+  if (!rope_.cos.defined() || rope_.cos.size(0) != T || rope_.cos.device() != q.device() ||
+      rope_.cos.scalar_type() != q.scalar_type()) {
+    rope_ = rope_tables(T, D, options.rope_theta(), q.device(), q.scalar_type());
+  }
+  q = rope_apply(q, rope_);
+  k = rope_apply(k, rope_);
+
+  const torch::Tensor y = at::scaled_dot_product_attention(
+      q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+      /*scale=*/1.0 / std::sqrt(static_cast<double>(D)), /*enable_gqa=*/Hk != H);
+  return out(y.transpose(1, 2).reshape({B, T, H * D}));
+}
+
+void AttentionImpl::pretty_print(std::ostream& stream) const {
+  stream << "normlab::Attention(d_model=" << options.d_model() << ", heads=" << options.n_heads()
+         << ", kv_heads=" << options.kv_heads() << (options.qkv_norm() ? ", qkv_norm" : "") << ")";
+}
+
+}  // namespace normlab

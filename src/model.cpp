@@ -1,0 +1,69 @@
+#include "normlab/model.h"
+
+#include <torch/torch.h>
+
+#include "normlab/init.h"
+
+namespace normlab {
+
+DecoderLMImpl::DecoderLMImpl(const ModelConfig& cfg, torch::Device device) : config(cfg) {
+  validate(config);
+  embed = register_module("embed", Embedding(cfg.vocab_size, cfg.d_model, device));
+  trunc_normal_(embed->weight, embedding_std(cfg));
+
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  parts_ = build_scheme(cfg, *this, device);  // registers the scheme's end norms on *this
+  scheme_blocks = std::move(parts_.blocks);
+  for (const auto& b : scheme_blocks) blocks->push_back(b);
+
+  if (!cfg.tie_embeddings) {
+    head = register_module("head", Linear(cfg.d_model, cfg.vocab_size, device));
+    trunc_normal_(head->weight, embedding_std(cfg));
+  }
+}
+
+torch::Tensor DecoderLMImpl::head_weight() const {
+  return config.tie_embeddings ? embed->weight : head->weight;
+}
+
+torch::Tensor DecoderLMImpl::hidden(const torch::Tensor& tokens, const Probe& probe) {
+  TORCH_CHECK(tokens.dim() == 2, "DecoderLM: tokens must be (B, T), got ", tokens.sizes());
+  Streams s = parts_.enter(embed(tokens));
+  auto observe = [&](int64_t layer) {
+    if (!probe) return;
+    probe("x", layer, s.x);
+    if (s.y.defined()) probe("y", layer, s.y);
+  };
+  observe(-1);
+  for (size_t l = 0; l < scheme_blocks.size(); ++l) {
+    s = scheme_blocks[l]->forward(s);
+    observe(static_cast<int64_t>(l));
+  }
+  torch::Tensor z = parts_.exit(s);
+  if (probe) probe("z", config.n_layers, z);
+  return z;
+}
+
+torch::Tensor DecoderLMImpl::forward(const torch::Tensor& tokens, const Probe& probe) {
+  return torch::linear(hidden(tokens, probe), head_weight());
+}
+
+LossOutput DecoderLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets,
+                               double z_loss, const Probe& probe) {
+  TORCH_CHECK(targets.sizes() == tokens.sizes(), "DecoderLM::loss: targets ", targets.sizes(),
+              " must match tokens ", tokens.sizes());
+  LossOutput out;
+  out.logits = forward(tokens, probe);
+  const torch::Tensor flat = out.logits.reshape({-1, config.vocab_size});
+  const torch::Tensor logits32 =
+      flat.scalar_type() == torch::kDouble ? flat : flat.to(torch::kFloat);
+  out.ce = torch::cross_entropy_loss(logits32, targets.reshape({-1}));
+  out.loss = out.ce;
+  if (z_loss > 0.0) {
+    out.z = torch::logsumexp(logits32, /*dim=*/-1).pow(2).mean();
+    out.loss = out.ce + z_loss * out.z;
+  }
+  return out;
+}
+
+}  // namespace normlab

@@ -1,0 +1,37 @@
+#include "normlab/norm.h"
+
+#include <ATen/ops/rms_norm.h>
+#include <torch/torch.h>
+
+namespace normlab {
+
+NormImpl::NormImpl(const NormOptions& options_) : options(options_) {
+  if (options.gain()) weight = register_parameter("weight", torch::ones({options.dim()}, options.device()));
+}
+
+torch::Tensor NormImpl::forward(const torch::Tensor& x) {
+  // Reduced-precision inputs are normalised in fp32 and cast back; fp32/fp64 stay as they are.
+  const bool upcast = x.scalar_type() != torch::kFloat && x.scalar_type() != torch::kDouble;
+  const torch::Tensor xf = upcast ? x.to(torch::kFloat) : x;
+  // An absent gain must be passed as nullopt: an undefined tensor would be used as a factor.
+  const std::optional<torch::Tensor> w =
+      weight.defined() ? std::optional<torch::Tensor>(weight.to(xf.scalar_type())) : std::nullopt;
+  torch::Tensor y;
+  if (options.type() == NormType::RmsNorm) {
+    y = at::rms_norm(xf, {options.dim()}, w, options.eps());
+  } else {
+    y = torch::layer_norm(xf, {options.dim()}, w, /*bias=*/std::nullopt, options.eps());
+  }
+  return upcast ? y.to(x.scalar_type()) : y;
+}
+
+void NormImpl::pretty_print(std::ostream& stream) const {
+  stream << "normlab::Norm(" << enum_name(options.type()) << ", " << options.dim()
+         << ", eps=" << options.eps() << (options.gain() ? "" : ", no gain") << ")";
+}
+
+NormOptions norm_options(const ModelConfig& cfg, int64_t dim, torch::Device device) {
+  return NormOptions(dim).eps(cfg.norm_eps).type(cfg.norm_type).device(device);
+}
+
+}  // namespace normlab

@@ -1,0 +1,42 @@
+// Peri-LN (Kim et al. 2025, "Peri-LN: Revisiting Normalization Layer in the Transformer
+// Architecture", 2502.02732): a norm on both sides of each branch.
+//   X = X + N_attn_out(Attn(N_attn(X)));  X = X + N_mlp_out(MLP(N_mlp(X)));   end: Z = N_f(X)
+#include <torch/torch.h>
+
+#include "schemes/schemes.h"
+
+namespace normlab::schemes {
+namespace {
+
+class PeriNormBlock : public SchemeBlockImpl {
+ public:
+  PeriNormBlock(const ModelConfig& cfg, int64_t layer, torch::Device device)
+      : attn_norm(add_norm(*this, "attn_norm", cfg, device)),
+        attn_out_norm(add_norm(*this, "attn_out_norm", cfg, device)),
+        mlp_norm(add_norm(*this, "mlp_norm", cfg, device)),
+        mlp_out_norm(add_norm(*this, "mlp_out_norm", cfg, device)),
+        f(add_branches(*this, cfg, layer, device)) {}
+
+  Streams forward(const Streams& s) override {
+    torch::Tensor x = s.x;
+    x = x + attn_out_norm(f.attn(attn_norm(x)));
+    x = x + mlp_out_norm(f.mlp(mlp_norm(x)));
+    return {x, {}};
+  }
+
+  Norm attn_norm, attn_out_norm, mlp_norm, mlp_out_norm;
+  Branches f;
+};
+
+}  // namespace
+
+SchemeParts build_peri_norm(const ModelConfig& cfg, torch::nn::Module& owner, torch::Device device) {
+  Norm final_norm = add_norm(owner, "final_norm", cfg, device);
+  auto make = [](const ModelConfig& c, int64_t l, torch::Device d) -> std::shared_ptr<SchemeBlockImpl> {
+    return std::make_shared<PeriNormBlock>(c, l, d);
+  };
+  return {make_blocks(cfg, device, make), enter_single,
+          [final_norm](const Streams& s) mutable { return final_norm(s.x); }};
+}
+
+}  // namespace normlab::schemes

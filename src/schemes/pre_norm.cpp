@@ -1,0 +1,41 @@
+// Pre-Norm (Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture").
+//   X = X + Attn(N_attn(X));  X = X + MLP(N_mlp(X));   end: Z = N_f(X)
+#include <torch/torch.h>
+
+#include "schemes/schemes.h"
+
+namespace normlab::schemes {
+namespace {
+
+class PreNormBlock : public SchemeBlockImpl {
+ public:
+  PreNormBlock(const ModelConfig& cfg, int64_t layer, torch::Device device)
+      : attn_norm(add_norm(*this, "attn_norm", cfg, device)),
+        mlp_norm(add_norm(*this, "mlp_norm", cfg, device)),
+        f(add_branches(*this, cfg, layer, device)) {}
+
+  Streams forward(const Streams& s) override {
+    torch::Tensor x = s.x;
+    x = x + f.attn(attn_norm(x));
+    x = x + f.mlp(mlp_norm(x));
+    return {x, {}};
+  }
+
+  Norm attn_norm, mlp_norm;
+  Branches f;
+};
+
+}  // namespace
+
+std::shared_ptr<SchemeBlockImpl> make_pre_norm_block(const ModelConfig& cfg, int64_t layer,
+                                                     torch::Device device) {
+  return std::make_shared<PreNormBlock>(cfg, layer, device);
+}
+
+SchemeParts build_pre_norm(const ModelConfig& cfg, torch::nn::Module& owner, torch::Device device) {
+  Norm final_norm = add_norm(owner, "final_norm", cfg, device);
+  return {make_blocks(cfg, device, make_pre_norm_block), enter_single,
+          [final_norm](const Streams& s) mutable { return final_norm(s.x); }};
+}
+
+}  // namespace normlab::schemes

@@ -1,0 +1,64 @@
+// Private to the library: one builder per scheme (src/schemes/<name>.cpp), dispatched by
+// build_scheme() in scheme.cpp, plus the pieces schemes share.
+#pragma once
+
+#include <memory>
+
+#include "normlab/attention.h"
+#include "normlab/block.h"
+#include "normlab/init.h"
+#include "normlab/mlp.h"
+#include "normlab/norm.h"
+
+namespace normlab::schemes {
+
+// Each builds cfg.n_layers blocks and the scheme's ends on `owner`.
+SchemeParts build_pre_norm(const ModelConfig& cfg, torch::nn::Module& owner, torch::Device device);
+SchemeParts build_post_norm(const ModelConfig& cfg, torch::nn::Module& owner, torch::Device device);
+SchemeParts build_deep_norm(const ModelConfig& cfg, torch::nn::Module& owner, torch::Device device);
+SchemeParts build_hybrid_norm(const ModelConfig& cfg, torch::nn::Module& owner, torch::Device device);
+SchemeParts build_hybrid_norm_star(const ModelConfig& cfg, torch::nn::Module& owner, torch::Device device);
+SchemeParts build_peri_norm(const ModelConfig& cfg, torch::nn::Module& owner, torch::Device device);
+SchemeParts build_mix_ln(const ModelConfig& cfg, torch::nn::Module& owner, torch::Device device);
+SchemeParts build_resi_dual(const ModelConfig& cfg, torch::nn::Module& owner, torch::Device device);
+SchemeParts build_siamese(const ModelConfig& cfg, torch::nn::Module& owner, torch::Device device);
+SchemeParts build_siamese_hybrid(const ModelConfig& cfg, torch::nn::Module& owner, torch::Device device);
+
+// Single blocks that other schemes compose (Mix-LN, HybridNorm*).
+std::shared_ptr<SchemeBlockImpl> make_pre_norm_block(const ModelConfig& cfg, int64_t layer, torch::Device device);
+std::shared_ptr<SchemeBlockImpl> make_post_norm_block(const ModelConfig& cfg, int64_t layer, torch::Device device);
+std::shared_ptr<SchemeBlockImpl> make_hybrid_norm_block(const ModelConfig& cfg, int64_t layer, torch::Device device);
+
+// ---- shared pieces ------------------------------------------------------------------------
+
+/// Both streams start as the embedding (two-stream schemes) or only x does.
+Streams enter_single(const torch::Tensor& embedding);
+Streams enter_twin(const torch::Tensor& embedding);
+
+/// A d_model-wide norm of this model, registered on `m` as `name`.
+Norm add_norm(torch::nn::Module& m, const std::string& name, const ModelConfig& cfg, torch::Device device);
+
+/// The block's attention and MLP branches, registered as "attn" and "mlp" and initialised.
+struct Branches {
+  Attention attn{nullptr};
+  Mlp mlp{nullptr};
+};
+Branches add_branches(torch::nn::Module& m, const ModelConfig& cfg, int64_t layer, torch::Device device);
+
+/// SiameseNorm's depth-wise scale c_l = sqrt(2(l+1)) (1 when cfg.siamese.depth_scale is off).
+double siamese_depth_scale(const ModelConfig& cfg, int64_t layer);
+
+/// SiameseNorm's end-of-network fusion, registered on `owner` (final_norm_x, final_norm_y and,
+/// in the code form, final_norm):  code: Z = N(N_x(X) + N_y(Y));  paper: Z = N_x(X) + N_y(Y).
+std::function<torch::Tensor(const Streams&)> siamese_exit(const ModelConfig& cfg, torch::nn::Module& owner,
+                                                          torch::Device device);
+
+/// Builds n_layers blocks with make(cfg, layer, device).
+template <class Make>
+std::vector<std::shared_ptr<SchemeBlockImpl>> make_blocks(const ModelConfig& cfg, torch::Device device, Make make) {
+  std::vector<std::shared_ptr<SchemeBlockImpl>> blocks;
+  for (int64_t l = 0; l < cfg.n_layers; ++l) blocks.push_back(make(cfg, l, device));
+  return blocks;
+}
+
+}  // namespace normlab::schemes

@@ -1,0 +1,115 @@
+#include "support.h"
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace normlab::test {
+
+ModelConfig tiny_config(Scheme scheme) {
+  ModelConfig c;
+  c.scheme = scheme;
+  c.vocab_size = 32;
+  c.d_model = 16;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.d_ff = 24;
+  return c;
+}
+
+ScratchDir::ScratchDir(const std::string& tag) {
+  static int counter = 0;
+  path = std::filesystem::temp_directory_path() /
+         ("normlab_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+  std::filesystem::remove_all(path);
+  std::filesystem::create_directories(path);
+}
+
+ScratchDir::~ScratchDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+}
+
+double max_rel_error(const torch::Tensor& a, const torch::Tensor& b) {
+  const torch::Tensor a64 = a.detach().to(torch::kDouble).cpu(), b64 = b.detach().to(torch::kDouble).cpu();
+  const double scale = std::max(b64.abs().max().item<double>(), 1e-30);
+  return (a64 - b64).abs().max().item<double>() / scale;
+}
+
+::testing::AssertionResult close(const torch::Tensor& a, const torch::Tensor& b, double tol) {
+  if (a.sizes() != b.sizes()) {
+    std::ostringstream s;
+    s << "shapes differ: " << a.sizes() << " vs " << b.sizes();
+    return ::testing::AssertionFailure() << s.str();
+  }
+  const double err = max_rel_error(a, b);
+  if (err <= tol) return ::testing::AssertionSuccess();
+  std::ostringstream s;
+  s << "relative error " << err << " > " << tol << "\n  first values: "
+    << a.detach().flatten().slice(0, 0, 5).to(torch::kDouble) << "\n  expected:     "
+    << b.detach().flatten().slice(0, 0, 5).to(torch::kDouble);
+  return ::testing::AssertionFailure() << s.str();
+}
+
+std::string data_path(const std::string& name) { return std::string(NORMLAB_TEST_DATA_DIR) + "/" + name; }
+
+namespace {
+
+template <class T>
+std::optional<T> optional_field(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  return j[key].get<T>();
+}
+
+}  // namespace
+
+Golden load_golden(const std::string& name) {
+  Golden g;
+  g.content = safetensors_load(data_path("golden/" + name + ".safetensors"));
+  const auto j = nlohmann::json::parse(g.content.metadata.at("config"));
+  ModelConfig& c = g.config;
+  c.scheme = enum_from_name<Scheme>(j.at("scheme").get<std::string>(), "scheme");
+  c.vocab_size = j.at("vocab_size");
+  c.d_model = j.at("d_model");
+  c.n_layers = j.at("n_layers");
+  c.n_heads = j.at("n_heads");
+  c.n_kv_heads = j.at("n_kv_heads");
+  c.d_ff = j.at("d_ff");
+  c.rope_theta = j.at("rope_theta");
+  c.norm_eps = j.at("norm_eps");
+  c.norm_type = enum_from_name<NormType>(j.at("norm_type").get<std::string>(), "norm_type");
+  c.tie_embeddings = j.at("tie_embeddings");
+  c.qkv_norm = j.at("qkv_norm");
+  c.siamese.depth_scale = j.at("siamese_depth_scale");
+  c.siamese.input_norm = j.at("siamese_input_norm");
+  c.siamese.output_fusion =
+      enum_from_name<OutputFusion>(j.at("siamese_output_fusion").get<std::string>(), "output_fusion");
+  c.deep_norm_alpha = optional_field<double>(j, "deep_norm_alpha");
+  c.mix_ln_post_layers = optional_field<int64_t>(j, "mix_ln_post_layers");
+  g.z_loss = j.at("z_loss");
+  return g;
+}
+
+std::vector<std::string> golden_names() {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(data_path("golden")))
+    if (e.path().extension() == ".safetensors") names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+double directional_derivative(const std::function<torch::Tensor()>& f, torch::Tensor x,
+                              const torch::Tensor& v, double eps) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor orig = x.clone();
+  x.add_(v, eps);
+  const double up = f().item<double>();
+  x.copy_(orig).add_(v, -eps);
+  const double down = f().item<double>();
+  x.copy_(orig);
+  return (up - down) / (2.0 * eps);
+}
+
+}  // namespace normlab::test

@@ -1,0 +1,52 @@
+// Shared helpers of normlab's tests: tiny configs, tensor comparison with readable failures,
+// golden files, finite-difference gradients, scratch folders.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "normlab/model_config.h"
+#include "normlab/safetensors.h"
+
+namespace normlab::test {
+
+/// A small model of `scheme`: vocab 32, d_model 16, 2 layers, 4 heads / 2 kv heads, d_ff 24.
+ModelConfig tiny_config(Scheme scheme);
+
+/// A fresh, empty folder under the temp dir, removed by the destructor.
+struct ScratchDir {
+  explicit ScratchDir(const std::string& tag);
+  ~ScratchDir();
+  std::filesystem::path path;
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+/// max |a - b| / max |b|: the relative error used by the golden and equivalence tests.
+double max_rel_error(const torch::Tensor& a, const torch::Tensor& b);
+
+/// EXPECT that a and b agree within `tol` relative error (max_rel_error), printing both.
+::testing::AssertionResult close(const torch::Tensor& a, const torch::Tensor& b, double tol);
+
+/// The path of tests/data/<name>.
+std::string data_path(const std::string& name);
+
+/// The golden file tests/data/golden/<name>.safetensors and its config as a ModelConfig.
+struct Golden {
+  SafetensorsContent content;
+  ModelConfig config;
+  double z_loss = 0.0;
+};
+Golden load_golden(const std::string& name);
+std::vector<std::string> golden_names();
+
+/// Central difference of scalar f() along direction v of its input x (float64):
+/// (f(x + eps v) - f(x - eps v)) / (2 eps). x is modified in place and restored.
+double directional_derivative(const std::function<torch::Tensor()>& f, torch::Tensor x,
+                              const torch::Tensor& v, double eps = 1e-6);
+
+}  // namespace normlab::test

@@ -1,0 +1,89 @@
+// Parameter names are checkpoint keys and the reference's weight names: pin them per scheme.
+#include <set>
+
+#include "normlab/model.h"
+#include "support.h"
+
+using namespace normlab;
+
+namespace {
+
+using Names = std::set<std::string>;
+
+Names block(int l, std::initializer_list<const char*> own, bool qkv_norm) {
+  Names n;
+  const std::string b = "blocks." + std::to_string(l) + ".";
+  for (const char* o : own) n.insert(b + o + ".weight");
+  for (const char* w : {"attn.qkv", "attn.out", "mlp.up", "mlp.down"}) n.insert(b + w + ".weight");
+  if (qkv_norm)
+    for (const char* w : {"attn.q_norm", "attn.k_norm", "attn.v_norm"}) n.insert(b + w + ".weight");
+  return n;
+}
+
+Names expected(Scheme s) {
+  Names n = {"embed.weight", "head.weight"};
+  auto add = [&](const Names& more) { n.insert(more.begin(), more.end()); };
+  for (int l = 0; l < 2; ++l) {
+    switch (s) {
+      case Scheme::PreNorm:
+      case Scheme::PostNorm:
+      case Scheme::DeepNorm:
+      case Scheme::MixLn:
+      case Scheme::ResiDual:
+        add(block(l, {"attn_norm", "mlp_norm"}, false));
+        break;
+      case Scheme::HybridNorm:
+        add(block(l, {"mlp_norm"}, true));
+        break;
+      case Scheme::HybridNormStar:
+        add(l == 0 ? block(l, {"attn_norm", "mlp_norm"}, true) : block(l, {"mlp_norm"}, true));
+        break;
+      case Scheme::PeriNorm:
+        add(block(l, {"attn_norm", "attn_out_norm", "mlp_norm", "mlp_out_norm"}, false));
+        break;
+      case Scheme::Siamese:
+        add(block(l, {"attn_post_norm", "attn_y_norm", "attn_in_norm", "mlp_post_norm", "mlp_y_norm", "mlp_in_norm"},
+                  false));
+        break;
+      case Scheme::SiameseHybrid: {
+        add(block(l, {"attn_y_norm", "mlp_norm", "mlp_y_norm", "mlp_in_norm"}, true));
+        n.insert("blocks." + std::to_string(l) + ".c1");
+        break;
+      }
+    }
+  }
+  switch (s) {
+    case Scheme::PostNorm:
+    case Scheme::DeepNorm:
+      break;
+    case Scheme::ResiDual:
+      n.insert("final_norm_y.weight");
+      break;
+    case Scheme::Siamese:
+    case Scheme::SiameseHybrid:
+      n.insert({"final_norm_x.weight", "final_norm_y.weight", "final_norm.weight"});
+      break;
+    default:
+      n.insert("final_norm.weight");
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST(ParameterNames, AreStablePerScheme) {
+  for (Scheme s : enum_values<Scheme>()) {
+    DecoderLM model(test::tiny_config(s), torch::kMeta);
+    Names got;
+    for (const auto& p : model->named_parameters()) got.insert(p.key());
+    EXPECT_EQ(got, expected(s)) << enum_name(s);
+  }
+}
+
+TEST(ParameterNames, TiedEmbeddingsHaveNoHead) {
+  ModelConfig cfg = test::tiny_config(Scheme::PreNorm);
+  cfg.tie_embeddings = true;
+  DecoderLM model(cfg, torch::kMeta);
+  EXPECT_FALSE(model->named_parameters().contains("head.weight"));
+  EXPECT_TRUE(model->head_weight().is_same(model->embed->weight));
+}
