@@ -2,8 +2,11 @@
 # when this list and the files under src/ disagree. Paths are relative to src/.
 set(NORMLAB_SOURCES
   attention.cpp
+  config.cpp
+  config_io.cpp
   device.cpp
   file_io.cpp
+  info.cpp
   init.cpp
   linear.cpp
   mlp.cpp

@@ -17,6 +17,8 @@ struct Command {
   Runner (*setup)(CLI::App& sub);
 };
 
+Runner setup_config(CLI::App& sub);
+Runner setup_info(CLI::App& sub);
 Runner setup_version(CLI::App& sub);
 
 }  // namespace normlab::cli

@@ -15,6 +15,8 @@ using normlab::cli::Command;
 
 // clang-format off
 const Command kCommands[] = {
+  {"info",    "parameters, FLOPs per token and memory per GPU of a configuration", normlab::cli::setup_info},
+  {"config",  "print a run's resolved configuration, or the reference of every key", normlab::cli::setup_config},
   {"version", "print normlab's and LibTorch's versions and the devices seen", normlab::cli::setup_version},
 };
 // clang-format on

@@ -1,0 +1,76 @@
+// RunConfig: the whole configuration of a run, as plain structs with their defaults. YAML
+// reaches it only through config_io.h; each component is handed just its own section.
+// Every key, its default and its meaning are listed in docs/config.md (generated from the
+// schema in src/config_io.cpp and checked by a test).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "normlab/model_config.h"
+#include "normlab/name_table.h"
+
+namespace normlab {
+
+enum class ScheduleKind { Cosine, Linear, Wsd, Constant };
+enum class Precision { Auto, Bf16, Fp32 };
+
+// clang-format off
+template <> struct EnumNames<ScheduleKind> {
+  static constexpr NameRow<ScheduleKind> rows[] = {
+    {ScheduleKind::Cosine, "cosine"}, {ScheduleKind::Linear, "linear"},
+    {ScheduleKind::Wsd, "wsd"}, {ScheduleKind::Constant, "constant"}};
+};
+template <> struct EnumNames<Precision> {
+  static constexpr NameRow<Precision> rows[] = {
+    {Precision::Auto, "auto"}, {Precision::Bf16, "bf16"}, {Precision::Fp32, "fp32"}};
+};
+// clang-format on
+
+struct DataConfig {
+  std::string train;            // folder of training token shards (normlab data prepare)
+  std::string val;              // folder of validation shards; empty: the train folder's val split
+  std::string tokenizer;        // SentencePiece model; its vocabulary must fit model.vocab_size
+  int64_t seq_len = 2048;       // tokens per sample (the model sees seq_len, predicts seq_len)
+};
+
+struct OptimizerConfig {
+  double lr = 1e-3;             // peak learning rate
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;    // decoupled (AdamW); never on norm gains, c1 or biases
+  bool decay_embeddings = true; // whether embedding and head matrices get weight decay
+  double grad_clip = 1.0;       // global gradient-norm clip; 0 disables
+};
+
+struct SchedulerConfig {
+  ScheduleKind kind = ScheduleKind::Cosine;
+  int64_t warmup_steps = 2000;     // linear warm-up from 0 to the peak
+  double final_lr_fraction = 0.1;  // lr at the last step, as a fraction of the peak
+  double decay_fraction = 0.2;     // wsd: the last fraction of steps that decays
+};
+
+struct TrainConfig {
+  int64_t steps = 1000;            // optimizer steps
+  int64_t global_batch = 512;      // sequences per optimizer step, over all ranks
+  int64_t micro_batch = 8;         // sequences per forward/backward on one rank
+  uint64_t seed = 0;
+  std::string device = "auto";     // auto (cuda if available), cpu, cuda, cuda:N
+  Precision precision = Precision::Auto;  // auto: bf16 autocast on CUDA, fp32 on CPU
+  double z_loss = 0.0;             // weight of mean(logsumexp(logits)^2)
+};
+
+struct RunConfig {
+  ModelConfig model;
+  DataConfig data;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  TrainConfig train;
+};
+
+/// Cross-field checks of a whole run (each section's own, then their combinations); throws
+/// std::invalid_argument naming the key.
+void validate(const RunConfig& cfg);
+
+}  // namespace normlab

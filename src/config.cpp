@@ -1,0 +1,48 @@
+#include "normlab/config.h"
+
+#include <sstream>
+#include <stdexcept>
+
+namespace normlab {
+namespace {
+
+template <class T>
+void require(bool ok, const char* key, const T& value, const std::string& rule) {
+  if (ok) return;
+  std::ostringstream msg;
+  msg << key << " = " << value << ": " << rule;
+  throw std::invalid_argument(msg.str());
+}
+
+}  // namespace
+
+void validate(const RunConfig& c) {
+  validate(c.model);
+  require(c.data.seq_len > 0, "data.seq_len", c.data.seq_len, "must be positive");
+
+  const OptimizerConfig& o = c.optimizer;
+  require(o.lr > 0, "optimizer.lr", o.lr, "must be positive");
+  require(o.beta1 >= 0 && o.beta1 < 1, "optimizer.beta1", o.beta1, "must lie in [0, 1)");
+  require(o.beta2 >= 0 && o.beta2 < 1, "optimizer.beta2", o.beta2, "must lie in [0, 1)");
+  require(o.eps > 0, "optimizer.eps", o.eps, "must be positive");
+  require(o.weight_decay >= 0, "optimizer.weight_decay", o.weight_decay, "must be >= 0");
+  require(o.grad_clip >= 0, "optimizer.grad_clip", o.grad_clip, "must be >= 0 (0 = off)");
+
+  const SchedulerConfig& s = c.scheduler;
+  require(s.warmup_steps >= 0, "scheduler.warmup_steps", s.warmup_steps, "must be >= 0");
+  require(s.final_lr_fraction >= 0 && s.final_lr_fraction <= 1, "scheduler.final_lr_fraction",
+          s.final_lr_fraction, "must lie in [0, 1]");
+  require(s.decay_fraction >= 0 && s.decay_fraction <= 1, "scheduler.decay_fraction", s.decay_fraction,
+          "must lie in [0, 1]");
+
+  const TrainConfig& t = c.train;
+  require(t.steps > 0, "train.steps", t.steps, "must be positive");
+  require(t.micro_batch > 0, "train.micro_batch", t.micro_batch, "must be positive");
+  require(t.global_batch > 0 && t.global_batch % t.micro_batch == 0, "train.global_batch", t.global_batch,
+          "must be a positive multiple of train.micro_batch (" + std::to_string(t.micro_batch) + ")");
+  require(t.z_loss >= 0, "train.z_loss", t.z_loss, "must be >= 0");
+  require(t.device == "auto" || t.device == "cpu" || t.device.rfind("cuda", 0) == 0, "train.device", t.device,
+          "must be auto, cpu, cuda or cuda:N");
+}
+
+}  // namespace normlab

@@ -1,0 +1,133 @@
+// Configuration: YAML files with bases, --set overrides, strict errors, the resolved dump,
+// and docs/config.md kept in sync with the schema.
+#include <fstream>
+#include <sstream>
+
+#include "normlab/config_io.h"
+#include "normlab/file_io.h"
+#include "support.h"
+
+using namespace normlab;
+
+namespace {
+
+void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+std::string error_of(const std::string& path, const std::vector<std::string>& overrides = {}) {
+  try {
+    config_load(path, overrides);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Config, DefaultsAreValid) {
+  const RunConfig c = config_load("");
+  EXPECT_EQ(c.model.scheme, Scheme::PreNorm);
+  EXPECT_EQ(c.model.d_model, 2048);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.95);
+}
+
+TEST(Config, BaseFilesMergeAndOverridesApplyInOrder) {
+  test::ScratchDir dir("cfg");
+  write(dir / "base.yaml", "model:\n  d_model: 64\n  n_heads: 4\n  n_layers: 3\noptimizer:\n  lr: 0.01\n");
+  write(dir / "run.yaml", "base: base.yaml\nmodel:\n  n_layers: 5\n  siamese:\n    input_norm: false\n");
+  const RunConfig c = config_load(dir / "run.yaml", {"optimizer.lr=2e-3", "model.scheme=siamese", "optimizer.lr=4e-4"});
+  EXPECT_EQ(c.model.d_model, 64);    // from the base
+  EXPECT_EQ(c.model.n_layers, 5);    // the file over its base
+  EXPECT_FALSE(c.model.siamese.input_norm);
+  EXPECT_TRUE(c.model.siamese.depth_scale);  // untouched default inside a set section
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 4e-4);    // the last override wins
+  EXPECT_EQ(c.model.scheme, Scheme::Siamese);
+}
+
+TEST(Config, OptionalKeysTakeNullForTheirDefault) {
+  RunConfig c = config_load("", {"model.deep_norm_alpha=1.5", "model.n_layers=8"});
+  EXPECT_DOUBLE_EQ(c.model.deep_alpha(), 1.5);
+  c = config_load("", {"model.deep_norm_alpha=null", "model.n_layers=8"});
+  EXPECT_DOUBLE_EQ(c.model.deep_alpha(), std::pow(16.0, 0.25));
+}
+
+TEST(Config, ResolvedYamlReloadsToTheSameConfig) {
+  test::ScratchDir dir("cfg");
+  const RunConfig a = config_load("", {"model.scheme=siamese_hybrid", "optimizer.lr=0.0007",
+                                       "model.siamese.output_fusion=paper", "data.train=a b/c",
+                                       "model.mix_ln_post_layers=2", "train.seed=18446744073709551615"});
+  const std::string text = config_to_yaml(a);
+  write(dir / "resolved.yaml", text);
+  const RunConfig b = config_load(dir / "resolved.yaml");
+  EXPECT_EQ(config_to_yaml(b), text);
+  EXPECT_DOUBLE_EQ(b.optimizer.lr, 0.0007);
+  EXPECT_EQ(b.data.train, "a b/c");
+  EXPECT_EQ(b.train.seed, 18446744073709551615ull);
+  EXPECT_NE(text.find("rope_theta: 10000.0"), std::string::npos) << text;
+}
+
+TEST(Config, RejectsBadInputNamingTheSourceAndKey) {
+  test::ScratchDir dir("cfg");
+  write(dir / "typo.yaml", "model:\n  d_modle: 64\n");
+  write(dir / "section.yaml", "modle:\n  d_model: 64\n");
+  write(dir / "type.yaml", "model:\n  n_layers: three\n");
+  write(dir / "bool.yaml", "model:\n  tie_embeddings: maybe\n");
+  write(dir / "float_int.yaml", "model:\n  n_layers: 2.5\n");
+  write(dir / "scalar_section.yaml", "model: 3\n");
+  write(dir / "enum.yaml", "model:\n  norm_type: batchnorm\n");
+  write(dir / "invalid.yaml", "model:\n  d_model: 100\n  n_heads: 16\n");
+  write(dir / "yaml.yaml", "model: [unclosed\n");
+  write(dir / "cycle.yaml", "base: cycle.yaml\n");
+  write(dir / "batch.yaml", "train:\n  global_batch: 10\n  micro_batch: 4\n");
+  write(dir / "lr.yaml", "optimizer:\n  lr: -1\n");
+  write(dir / "from_base.yaml", "base: typo.yaml\n");
+  struct Case {
+    std::string file;
+    std::vector<std::string> overrides;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {"typo.yaml", {}, "typo.yaml: model.d_modle: unknown key (did you mean 'model.d_model'?)"},
+      {"section.yaml", {}, "section.yaml: modle: unknown key (did you mean 'model'?)"},
+      {"type.yaml", {}, "type.yaml: model.n_layers: expected an integer, got 'three'"},
+      {"bool.yaml", {}, "model.tie_embeddings: expected true or false, got 'maybe'"},
+      {"float_int.yaml", {}, "model.n_layers: expected an integer, got '2.5'"},
+      {"scalar_section.yaml", {}, "model: expected a section"},
+      {"enum.yaml", {}, "model.norm_type: unknown value 'batchnorm' (valid: rmsnorm, layernorm)"},
+      {"invalid.yaml", {}, "model.d_model = 100: must be divisible by model.n_heads (16)"},
+      {"yaml.yaml", {}, "yaml.yaml: invalid YAML"},
+      {"cycle.yaml", {}, "cycle?"},
+      {"batch.yaml", {}, "train.global_batch = 10: must be a positive multiple of train.micro_batch (4)"},
+      {"lr.yaml", {}, "optimizer.lr = -1: must be positive"},
+      {"from_base.yaml", {}, "typo.yaml: model.d_modle: unknown key"},
+      {"missing.yaml", {}, "missing.yaml: config file not found"},
+      {"", {"model.n_heads=x"}, "--set model.n_heads=x: model.n_heads: expected an integer"},
+      {"", {"model"}, "--set model: expected section.key=value"},
+      {"", {"train.stepz=3"}, "--set train.stepz=3: train.stepz: unknown key (did you mean 'train.steps'?)"},
+      {"", {"optimizer.lr.x=3"}, "--set optimizer.lr.x=3: optimizer.lr: expected a number, got a map"},
+      {"", {"zz.yy=1"}, "zz: unknown key (valid keys here: model, data, optimizer, scheduler, train)"},
+  };
+  for (const Case& c : cases) {
+    const std::string err = error_of(c.file.empty() ? "" : dir / c.file, c.overrides);
+    EXPECT_NE(err.find(c.expect), std::string::npos) << c.file << ": got '" << err << "'";
+  }
+}
+
+TEST(Config, ShippedConfigsLoad) {
+  for (const char* f : {"configs/tiny/lm.yaml", "configs/small/lm.yaml", "configs/1.3b/base.yaml"})
+    EXPECT_NO_THROW(config_load(std::string(NORMLAB_SOURCE_DIR) + "/" + f)) << f;
+  for (Scheme s : enum_values<Scheme>()) {
+    const RunConfig c = config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/1.3b/" + std::string(enum_name(s)) + ".yaml");
+    EXPECT_EQ(c.model.scheme, s);
+    EXPECT_EQ(c.model.d_model, 2048);
+    EXPECT_EQ(c.scheduler.warmup_steps, 2000);
+  }
+}
+
+// docs/config.md embeds the generated key table verbatim: a key added to the schema without
+// its documentation fails here (regenerate with `normlab config --reference`).
+TEST(Config, DocsListEveryKeyWithItsDefault) {
+  const std::string docs = read_file(std::string(NORMLAB_SOURCE_DIR) + "/docs/config.md");
+  EXPECT_NE(docs.find(config_reference_markdown()), std::string::npos)
+      << "docs/config.md is out of date; its table must be:\n" << config_reference_markdown();
+}

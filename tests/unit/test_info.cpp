@@ -1,0 +1,48 @@
+// normlab info's numbers: parameter counts from the real module, FLOPs and memory estimates.
+#include "normlab/config_io.h"
+#include "normlab/info.h"
+#include "support.h"
+
+using namespace normlab;
+
+TEST(Info, PaperSiameseHybrid13BHas128BParameters) {
+  const RunConfig c = config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/1.3b/siamese_hybrid.yaml");
+  const ParamCounts p = count_parameters(c.model);
+  EXPECT_NEAR(static_cast<double>(p.total), 1.28e9, 0.01 * 1.28e9);
+  EXPECT_EQ(p.embedding, 50304 * 2048);
+  EXPECT_EQ(p.head, 50304 * 2048);
+  EXPECT_EQ(p.base, Scheme::HybridNorm);
+  EXPECT_EQ(p.extra(), 4 * 2048 * 16 + 2 * 2048);
+  int64_t sum = p.embedding + p.head + p.ends;
+  for (int64_t b : p.per_block) sum += b;
+  EXPECT_EQ(sum, p.total);
+}
+
+TEST(Info, FlopsPerTokenFollowTorchtitan) {
+  ModelConfig m = test::tiny_config(Scheme::PreNorm);
+  const ParamCounts p = count_parameters(m);
+  const double attn = 12.0 * m.n_layers * m.n_heads * m.head_dim() * 128;
+  EXPECT_DOUBLE_EQ(flops_per_token(m, 128), 6.0 * static_cast<double>(p.total - p.embedding) + attn);
+  m.tie_embeddings = true;
+  EXPECT_DOUBLE_EQ(flops_per_token(m, 128), 6.0 * static_cast<double>(count_parameters(m).total) + attn);
+}
+
+TEST(Info, MemoryEstimateRespondsToShardingAndCheckpointing) {
+  const RunConfig c = config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/1.3b/siamese_hybrid.yaml");
+  MemoryPlan plan;
+  const MemoryEstimate full = estimate_memory(c.model, plan);
+  const double N = static_cast<double>(count_parameters(c.model).total);
+  EXPECT_DOUBLE_EQ(full.weights + full.gradients + full.optimizer, 16.0 * N);
+  plan.fsdp = true;
+  plan.world_size = 8;
+  const MemoryEstimate sharded = estimate_memory(c.model, plan);
+  EXPECT_DOUBLE_EQ(sharded.optimizer, full.optimizer / 8);
+  plan.activation_checkpointing = true;
+  const MemoryEstimate ac = estimate_memory(c.model, plan);
+  EXPECT_LT(ac.activations, sharded.activations / 4);
+  EXPECT_DOUBLE_EQ(ac.logits, sharded.logits);
+  // Two streams keep more than one.
+  ModelConfig pre = c.model;
+  pre.scheme = Scheme::PreNorm;
+  EXPECT_GT(estimate_memory(c.model, MemoryPlan{}).activations, estimate_memory(pre, MemoryPlan{}).activations);
+}

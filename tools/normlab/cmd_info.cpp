@@ -1,0 +1,121 @@
+// normlab info --config X.yaml: parameters, FLOPs per token and training memory per GPU.
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <set>
+#include <string>
+
+#include "command.h"
+#include "normlab/config_io.h"
+#include "normlab/info.h"
+
+namespace normlab::cli {
+namespace {
+
+std::string grouped(int64_t n) {
+  std::string s = std::to_string(n >= 0 ? n : -n), out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i > 0 && (s.size() - i) % 3 == 0) out += ',';
+    out += s[i];
+  }
+  return (n < 0 ? "-" : "") + out;
+}
+
+// 1.28 B parameters, 7.87 GFLOP: counts get K/M/B, FLOPs the SI prefixes.
+std::string human(double x, const char* unit) {
+  const bool count = unit[0] == '\0';
+  const char* prefixes[] = {"", "K", "M", count ? "B" : "G", "T", "P"};
+  int i = 0;
+  while (std::abs(x) >= 1000.0 && i < 5) {
+    x /= 1000.0;
+    ++i;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, count ? "%.2f%s%s" : "%.2f %s%s", x, prefixes[i], unit);
+  return buf;
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+struct InfoOptions {
+  std::string config;
+  std::vector<std::string> overrides;
+  int64_t world_size = 8;
+  int64_t micro_batch = 0;  // 0: train.micro_batch
+};
+
+int run_info(const InfoOptions& o) {
+  const RunConfig cfg = config_load(o.config, o.overrides);
+  const ModelConfig& m = cfg.model;
+  const ParamCounts c = count_parameters(m);
+  const int64_t T = cfg.data.seq_len;
+
+  std::cout << "config      " << o.config << "\n"
+            << "scheme      " << enum_name(m.scheme) << ", " << m.n_layers << " layers, d_model " << m.d_model
+            << ", " << m.n_heads << " heads (" << m.kv_heads() << " kv), d_ff " << m.d_ff << ", vocab "
+            << m.vocab_size << (m.tie_embeddings ? " (tied)" : "") << "\n\n";
+
+  std::cout << "parameters            " << grouped(c.total) << "  (" << human(static_cast<double>(c.total), "") << ")\n"
+            << "  embedding           " << grouped(c.embedding) << "\n"
+            << "  head                " << grouped(c.head) << (m.tie_embeddings ? "  (tied to the embedding)" : "")
+            << "\n";
+  const std::set<int64_t> sizes(c.per_block.begin(), c.per_block.end());
+  if (sizes.size() == 1) {
+    std::cout << "  per block           " << grouped(c.per_block[0]) << "  x " << m.n_layers << "\n";
+  } else {
+    for (size_t l = 0; l < c.per_block.size(); ++l)
+      std::cout << "  block " << l << (l < 10 ? "             " : "            ") << grouped(c.per_block[l]) << "\n";
+  }
+  std::cout << "  end norms           " << grouped(c.ends) << "\n";
+  if (c.base != m.scheme) {
+    char pct[32];
+    std::snprintf(pct, sizeof pct, "%.4f %%", 100.0 * static_cast<double>(c.extra()) / static_cast<double>(c.base_total));
+    std::cout << "  over " << enum_name(c.base) << std::string(15 - enum_name(c.base).size(), ' ') << "+"
+              << grouped(c.extra()) << "  (" << pct << ")\n";
+  }
+
+  const double f = flops_per_token(m, T);
+  std::cout << "\nFLOPs per token       " << human(f, "FLOP") << "  (6N + 12 L H D T, seq_len " << T << ")\n"
+            << "  per step            " << human(f * static_cast<double>(cfg.train.global_batch * T), "FLOP")
+            << "  (global batch " << cfg.train.global_batch << " x " << T << " tokens)\n";
+
+  MemoryPlan plan;
+  plan.seq_len = T;
+  plan.micro_batch = o.micro_batch > 0 ? o.micro_batch : cfg.train.micro_batch;
+  std::cout << "\nmemory per GPU (estimate; micro-batch " << plan.micro_batch << ", seq_len " << T
+            << ", bf16 autocast, fp32 AdamW)\n"
+            << "  layout                                weights+grads+adam  working   activations  logits    total\n";
+  for (int fsdp = 0; fsdp < 2; ++fsdp) {
+    for (int ac = 0; ac < 2; ++ac) {
+      plan.fsdp = fsdp == 1;
+      plan.world_size = plan.fsdp ? o.world_size : 1;
+      plan.activation_checkpointing = ac == 1;
+      const MemoryEstimate e = estimate_memory(m, plan);
+      std::string label = plan.fsdp ? "FSDP over " + std::to_string(o.world_size) + " GPUs" : "replicated";
+      label += ac ? ", block checkpointing" : "";
+      char line[256];
+      std::snprintf(line, sizeof line, "  %-38s%-20s%-10s%-13s%-10s%s\n", label.c_str(),
+                    gib(e.weights + e.gradients + e.optimizer).c_str(), gib(e.working).c_str(),
+                    gib(e.activations).c_str(), gib(e.logits).c_str(), gib(e.total()).c_str());
+      std::cout << line;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner setup_info(CLI::App& sub) {
+  auto o = std::make_shared<InfoOptions>();
+  sub.add_option("--config", o->config, "run configuration (YAML)")->required()->check(CLI::ExistingFile);
+  sub.add_option("--set", o->overrides, "override a key: section.key=value (repeatable)");
+  sub.add_option("--world-size", o->world_size, "GPUs for the FSDP memory estimate")->capture_default_str();
+  sub.add_option("--micro-batch", o->micro_batch, "sequences per GPU (default: train.micro_batch)");
+  return [o] { return run_info(*o); };
+}
+
+}  // namespace normlab::cli
