@@ -4,11 +4,13 @@ set(NORMLAB_SOURCES
   attention.cpp
   config.cpp
   config_io.cpp
+  data_prepare.cpp
   device.cpp
   file_io.cpp
   info.cpp
   init.cpp
   linear.cpp
+  loader.cpp
   mlp.cpp
   model.cpp
   model_config.cpp
@@ -16,6 +18,7 @@ set(NORMLAB_SOURCES
   rope.cpp
   safetensors.cpp
   scheme.cpp
+  shard.cpp
   schemes/common.cpp
   schemes/deep_norm.cpp
   schemes/hybrid_norm.cpp
@@ -27,5 +30,7 @@ set(NORMLAB_SOURCES
   schemes/resi_dual.cpp
   schemes/siamese.cpp
   schemes/siamese_hybrid.cpp
+  text_input.cpp
+  tokenizer.cpp
   weights.cpp
 )

@@ -1,9 +1,11 @@
 #include "normlab/text_input.h"
 
 #include <glob.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 

@@ -1,6 +1,12 @@
 #include "support.h"
 
+#include "normlab/tokenizer.h"
+
 #include <unistd.h>
+#include <zlib.h>
+
+#include <fstream>
+#include <random>
 
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -98,6 +104,53 @@ std::vector<std::string> golden_names() {
     if (e.path().extension() == ".safetensors") names.push_back(e.path().stem().string());
   std::sort(names.begin(), names.end());
   return names;
+}
+
+std::string synthetic_corpus(int docs, uint64_t seed) {
+  static const char* const kWords[] = {
+      "the", "and", "of", "to", "in", "he", "that", "shall", "unto", "for", "his", "they", "be", "is", "him",
+      "not", "them", "with", "all", "thou", "thy", "was", "which", "my", "me", "said", "but", "ye", "their",
+      "have", "will", "thee", "from", "as", "are", "when", "this", "out", "were", "upon", "man", "by", "you",
+      "Israel", "king", "son", "people", "house", "day", "land", "children", "naïve", "café", "Œuvre",
+      "Straße", "日本語", "🙂", "ﬁne", "x²", "1234", "3.14", "(word)", "end.", "well,", "ok;", "\"quoted\""};
+  std::mt19937_64 rng(seed);
+  std::string out;
+  for (int d = 0; d < docs; ++d) {
+    if (d) out += "\n\n";
+    const int lines = 1 + static_cast<int>(rng() % 4);
+    for (int l = 0; l < lines; ++l) {
+      if (l) out += '\n';
+      const int words = 3 + static_cast<int>(rng() % 14);
+      for (int w = 0; w < words; ++w) {
+        if (w) out += (rng() % 17 == 0) ? "  " : " ";
+        out += kWords[rng() % (sizeof kWords / sizeof *kWords)];
+      }
+    }
+  }
+  return out + "\n";
+}
+
+const std::string& test_tokenizer_path() {
+  static ScratchDir dir("shared_tok");
+  static const std::string path = [] {
+    write_text(dir / "corpus.txt", synthetic_corpus(400, 1));
+    TokenizerTrainOptions o;
+    o.inputs = {dir / "corpus.txt"};
+    o.vocab_size = 400;
+    o.out_dir = dir.path.string();
+    return tokenizer_train(o);
+  }();
+  return path;
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  if (path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0) {
+    gzFile f = gzopen(path.c_str(), "wb");
+    gzwrite(f, text.data(), static_cast<unsigned>(text.size()));
+    gzclose(f);
+  } else {
+    std::ofstream(path, std::ios::binary) << text;
+  }
 }
 
 double directional_derivative(const std::function<torch::Tensor()>& f, torch::Tensor x,

@@ -44,6 +44,16 @@ struct Golden {
 Golden load_golden(const std::string& name);
 std::vector<std::string> golden_names();
 
+/// Deterministic English-like text with some non-ASCII words: `docs` paragraphs separated by
+/// blank lines (the plain-text document format).
+std::string synthetic_corpus(int docs, uint64_t seed);
+
+/// A BPE tokenizer of 400 pieces trained (once per test process) on synthetic_corpus(400, 1).
+const std::string& test_tokenizer_path();
+
+/// Writes `text` to `path` (gzip-compressed when the path ends in .gz).
+void write_text(const std::string& path, const std::string& text);
+
 /// Central difference of scalar f() along direction v of its input x (float64):
 /// (f(x + eps v) - f(x - eps v)) / (2 eps). x is modified in place and restored.
 double directional_derivative(const std::function<torch::Tensor()>& f, torch::Tensor x,

@@ -18,7 +18,9 @@ struct Command {
 };
 
 Runner setup_config(CLI::App& sub);
+Runner setup_data(CLI::App& sub);
 Runner setup_info(CLI::App& sub);
+Runner setup_tokenizer(CLI::App& sub);
 Runner setup_version(CLI::App& sub);
 
 }  // namespace normlab::cli
