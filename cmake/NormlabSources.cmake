@@ -2,10 +2,13 @@
 # when this list and the files under src/ disagree. Paths are relative to src/.
 set(NORMLAB_SOURCES
   attention.cpp
+  checkpoint.cpp
   config.cpp
   config_io.cpp
   data_prepare.cpp
   device.cpp
+  evaluate.cpp
+  export.cpp
   file_io.cpp
   info.cpp
   init.cpp
@@ -15,8 +18,10 @@ set(NORMLAB_SOURCES
   model.cpp
   model_config.cpp
   norm.cpp
+  optimizer.cpp
   rope.cpp
   safetensors.cpp
+  schedule.cpp
   scheme.cpp
   shard.cpp
   schemes/common.cpp
@@ -30,7 +35,9 @@ set(NORMLAB_SOURCES
   schemes/resi_dual.cpp
   schemes/siamese.cpp
   schemes/siamese_hybrid.cpp
+  stability.cpp
   text_input.cpp
   tokenizer.cpp
+  trainer.cpp
   weights.cpp
 )

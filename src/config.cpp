@@ -41,6 +41,17 @@ void validate(const RunConfig& c) {
   require(t.global_batch > 0 && t.global_batch % t.micro_batch == 0, "train.global_batch", t.global_batch,
           "must be a positive multiple of train.micro_batch (" + std::to_string(t.micro_batch) + ")");
   require(t.z_loss >= 0, "train.z_loss", t.z_loss, "must be >= 0");
+  require(t.spike_window >= 2, "train.spike_window", t.spike_window, "must be at least 2");
+  require(t.spike_sigma > 0, "train.spike_sigma", t.spike_sigma, "must be positive");
+  require(c.eval.every >= 0, "eval.every", c.eval.every, "must be >= 0");
+  require(c.eval.batches >= 0, "eval.batches", c.eval.batches, "must be >= 0");
+  require(c.eval.micro_batch >= 0, "eval.micro_batch", c.eval.micro_batch, "must be >= 0");
+  require(c.checkpoint.every >= 0, "checkpoint.every", c.checkpoint.every, "must be >= 0");
+  require(c.checkpoint.keep >= 1, "checkpoint.keep", c.checkpoint.keep, "must be at least 1");
+  require(c.logging.every >= 1, "logging.every", c.logging.every, "must be at least 1");
+  require(c.logging.level == "debug" || c.logging.level == "info" || c.logging.level == "warn" ||
+              c.logging.level == "error",
+          "logging.level", c.logging.level, "must be debug, info, warn or error");
   require(t.device == "auto" || t.device == "cpu" || t.device.rfind("cuda", 0) == 0, "train.device", t.device,
           "must be auto, cpu, cuda or cuda:N");
 }

@@ -65,6 +65,7 @@ void visit(V& v, OptimizerConfig& o) {
   v("weight_decay", o.weight_decay, "decoupled weight decay; never on norm gains, c1 or biases");
   v("decay_embeddings", o.decay_embeddings, "apply weight decay to the embedding and head");
   v("grad_clip", o.grad_clip, "clip the global gradient norm to this; 0 = off");
+  v("fused", o.fused, "one fused AdamW kernel (at::_fused_adamw_); false = the reference per-tensor loop");
 }
 
 template <class V>
@@ -84,6 +85,28 @@ void visit(V& v, TrainConfig& t) {
   v("device", t.device, "auto (CUDA when available), cpu, cuda or cuda:N");
   v("precision", t.precision, "auto = bf16 autocast on CUDA and fp32 on CPU");
   v("z_loss", t.z_loss, "weight of the z-loss mean(logsumexp(logits)^2); 0 = off");
+  v("skip_nonfinite", t.skip_nonfinite, "skip steps whose loss or gradient is not finite instead of ending the run as diverged");
+  v("spike_window", t.spike_window, "loss-spike detector: rolling window of steps");
+  v("spike_sigma", t.spike_sigma, "loss-spike detector: a spike is a loss above mean + sigma * std of the window");
+}
+
+template <class V>
+void visit(V& v, EvalConfig& e) {
+  v("every", e.every, "evaluate on the validation split every N steps (and at the end); 0 = only at the end");
+  v("batches", e.batches, "validation batches per evaluation; 0 = the whole split");
+  v("micro_batch", e.micro_batch, "sequences per validation batch; 0 = train.micro_batch");
+}
+
+template <class V>
+void visit(V& v, CheckpointConfig& c) {
+  v("every", c.every, "save a checkpoint every N steps (and at the end); 0 = only at the end");
+  v("keep", c.keep, "keep the last K checkpoints");
+}
+
+template <class V>
+void visit(V& v, LoggingConfig& l) {
+  v("every", l.every, "console progress line every N steps (metrics.jsonl gets every step)");
+  v("level", l.level, "debug, info, warn or error");
 }
 
 template <class V>
@@ -93,6 +116,9 @@ void visit(V& v, RunConfig& r) {
   v.section("optimizer", r.optimizer, "AdamW");
   v.section("scheduler", r.scheduler, "learning-rate schedule");
   v.section("train", r.train, "the training loop");
+  v.section("eval", r.eval, "evaluation during training");
+  v.section("checkpoint", r.checkpoint, "checkpoints");
+  v.section("logging", r.logging, "console and log output");
 }
 
 // ---- scalar codecs --------------------------------------------------------------------------
@@ -247,6 +273,12 @@ class Decoder {
  private:
   template <class T>
   void decode(const YAML::Node& n, T& field, const std::string& path) {
+    if constexpr (std::is_same_v<T, std::string>) {
+      if (n.IsNull()) {  // `key:` or --set key= : the empty string
+        field.clear();
+        return;
+      }
+    }
     const std::string err = parse_scalar(n, field);
     if (!err.empty()) fail(path, err);
   }
@@ -455,6 +487,16 @@ std::vector<ConfigKeyDoc> config_reference() {
   Lister lister(rows, "");
   visit(lister, defaults);
   return rows;
+}
+
+std::vector<std::pair<std::string, std::string>> config_flatten(const RunConfig& cfg_in) {
+  RunConfig cfg = cfg_in;
+  std::vector<ConfigKeyDoc> rows;
+  Lister lister(rows, "");
+  visit(lister, cfg);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& r : rows) out.emplace_back(r.key, r.default_value);
+  return out;
 }
 
 std::string config_reference_markdown() {

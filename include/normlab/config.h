@@ -42,6 +42,7 @@ struct OptimizerConfig {
   double weight_decay = 0.1;    // decoupled (AdamW); never on norm gains, c1 or biases
   bool decay_embeddings = true; // whether embedding and head matrices get weight decay
   double grad_clip = 1.0;       // global gradient-norm clip; 0 disables
+  bool fused = true;            // at::_fused_adamw_ (one kernel over all tensors); false: the reference loop
 };
 
 struct SchedulerConfig {
@@ -59,6 +60,25 @@ struct TrainConfig {
   std::string device = "auto";     // auto (cuda if available), cpu, cuda, cuda:N
   Precision precision = Precision::Auto;  // auto: bf16 autocast on CUDA, fp32 on CPU
   double z_loss = 0.0;             // weight of mean(logsumexp(logits)^2)
+  bool skip_nonfinite = false;     // skip steps with a non-finite loss or gradient instead of stopping
+  int64_t spike_window = 128;      // loss-spike detector: rolling window of steps
+  double spike_sigma = 6.0;        // a spike: loss above mean + sigma * std of the window
+};
+
+struct EvalConfig {
+  int64_t every = 100;             // evaluate every N steps (and at the end); 0: only at the end
+  int64_t batches = 0;             // validation batches per evaluation; 0: the whole split
+  int64_t micro_batch = 0;         // sequences per validation batch; 0: train.micro_batch
+};
+
+struct CheckpointConfig {
+  int64_t every = 500;             // save every N steps (and at the end); 0: only at the end
+  int64_t keep = 2;                // keep the last K checkpoints
+};
+
+struct LoggingConfig {
+  int64_t every = 10;              // console progress line every N steps
+  std::string level = "info";      // debug, info, warn, error
 };
 
 struct RunConfig {
@@ -67,6 +87,9 @@ struct RunConfig {
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
   TrainConfig train;
+  EvalConfig eval;
+  CheckpointConfig checkpoint;
+  LoggingConfig logging;
 };
 
 /// Cross-field checks of a whole run (each section's own, then their combinations); throws

@@ -1,7 +1,8 @@
 // YAML <-> RunConfig, at the edge of the program. yaml-cpp lives in src/config_io.cpp only.
 //
-// A config file holds sections model, data, optimizer, scheduler, train; a top-level
-// `base: other.yaml` (relative to the file) is loaded first and deep-merged under it.
+// A config file holds sections model, data, optimizer, scheduler, train, eval, checkpoint and
+// logging; a top-level `base: other.yaml` (relative to the file) is loaded first and
+// deep-merged under it.
 // Overrides "section.key=value" (values in YAML syntax) apply in order after the files.
 // Unknown keys, wrong types and invalid values stop with a ConfigError that names the file or
 // override, the key path and, for unknown keys, the closest valid key.
@@ -9,6 +10,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "normlab/config.h"
@@ -25,6 +27,9 @@ RunConfig config_load(const std::string& path, const std::vector<std::string>& o
 
 /// The resolved configuration as YAML (every key); config_load of it gives the same config.
 std::string config_to_yaml(const RunConfig& cfg);
+
+/// Every key of `cfg` with its value as YAML text, in schema order ("model.d_model", "2048").
+std::vector<std::pair<std::string, std::string>> config_flatten(const RunConfig& cfg);
 
 /// One documented key of the schema.
 struct ConfigKeyDoc {

@@ -1,6 +1,8 @@
 // What this process can compute on: LibTorch's version and the CUDA devices it sees.
 #pragma once
 
+#include <torch/types.h>
+
 #include <string>
 #include <vector>
 
@@ -20,6 +22,10 @@ std::string torch_version();
 bool cuda_available();
 /// The CUDA devices visible to this process (empty without CUDA).
 std::vector<CudaDeviceInfo> cuda_devices();
+/// Memory in use on `device`, in bytes: the CUDA caching allocator's allocated bytes (peak
+/// since the last reset when `peak`), or the process's resident set size on the CPU.
+double device_memory_bytes(const torch::Device& device, bool peak = false);
+
 /// The CUDA architectures normlab's own kernels (src/kernels) were compiled for, e.g. "90";
 /// empty when this build has no kernels (NORMLAB_CUDA off or no nvcc).
 std::string own_kernels_archs();

@@ -19,8 +19,10 @@ struct Command {
 
 Runner setup_config(CLI::App& sub);
 Runner setup_data(CLI::App& sub);
+Runner setup_export(CLI::App& sub);
 Runner setup_info(CLI::App& sub);
 Runner setup_tokenizer(CLI::App& sub);
+Runner setup_train(CLI::App& sub);
 Runner setup_version(CLI::App& sub);
 
 }  // namespace normlab::cli

@@ -15,6 +15,8 @@ using normlab::cli::Command;
 
 // clang-format off
 const Command kCommands[] = {
+  {"train",   "train a model from a YAML config (resumable; checkpoints, metrics, summary)", normlab::cli::setup_train},
+  {"export",  "export a checkpoint's model: model.safetensors, config.json, tokenizer", normlab::cli::setup_export},
   {"tokenizer", "train a SentencePiece tokenizer; encode and decode with one", normlab::cli::setup_tokenizer},
   {"data",    "prepare token shards from text (data prepare), check them (data inspect)", normlab::cli::setup_data},
   {"info",    "parameters, FLOPs per token and memory per GPU of a configuration", normlab::cli::setup_info},

@@ -1,0 +1,119 @@
+#include "normlab/export.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "normlab/checkpoint.h"
+#include "normlab/config_io.h"
+#include "normlab/file_io.h"
+#include "normlab/weights.h"
+
+namespace normlab {
+namespace fs = std::filesystem;
+
+namespace {
+
+// A YAML scalar from config_flatten as a JSON value of the right type.
+nlohmann::json json_value(const std::string& text) {
+  if (text == "~" || text == "null") return nullptr;
+  if (text == "true") return true;
+  if (text == "false") return false;
+  if (text.size() >= 2 && text.front() == '"') return text.substr(1, text.size() - 2);
+  char* end = nullptr;
+  const long long i = std::strtoll(text.c_str(), &end, 10);
+  if (end && *end == '\0' && !text.empty()) return i;
+  const double d = std::strtod(text.c_str(), &end);
+  if (end && *end == '\0' && !text.empty()) return d;
+  return text;
+}
+
+}  // namespace
+
+std::string export_model(const std::string& source, const std::string& out_dir) {
+  std::string ckpt_dir = source;
+  if (!fs::exists(fs::path(source) / "state.json")) {
+    const auto latest = checkpoint_latest(source);
+    if (!latest) throw std::invalid_argument(source + ": neither a checkpoint folder nor a run folder with checkpoints");
+    ckpt_dir = *latest;
+  }
+  const Checkpoint ck = checkpoint_load(ckpt_dir);
+  const std::string config_path = (fs::path(ckpt_dir) / "config.yaml").string();
+  const RunConfig cfg = config_load(config_path);
+  {  // The weights must build the configured model.
+    DecoderLM check(cfg.model, torch::kMeta);
+    for (const auto& p : check->named_parameters()) {
+      const auto it = ck.model.find(p.key());
+      if (it == ck.model.end() || it->second.sizes() != p.value().sizes())
+        throw std::invalid_argument(ckpt_dir + ": model.safetensors does not match config.yaml at " + p.key());
+    }
+  }
+
+  nlohmann::json model = nlohmann::json::object();
+  for (const auto& [key, value] : config_flatten(cfg)) {
+    if (key.rfind("model.", 0) != 0) continue;
+    nlohmann::json* at = &model;  // model.siamese.depth_scale -> {"siamese": {"depth_scale": ...}}
+    std::string rest = key.substr(6);
+    for (size_t dot; (dot = rest.find('.')) != std::string::npos; rest = rest.substr(dot + 1)) at = &(*at)[rest.substr(0, dot)];
+    (*at)[rest] = json_value(value);
+  }
+  const nlohmann::json config = {{"format", "normlab"}, {"version", 1}, {"architecture", "DecoderLM"}, {"model", model},
+                                 {"checkpoint", fs::absolute(ckpt_dir).string()}, {"step", ck.state.step}};
+
+  const fs::path out(out_dir);
+  const fs::path tmp = out.string() + ".tmp-" + std::to_string(::getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  try {
+    safetensors_save((tmp / "model.safetensors").string(), ck.model, {{"format", "pt"}});
+    const std::string text = config.dump(2) + "\n";
+    write_file_atomic((tmp / "config.json").string(), [&](FileWriter& w) { w.write(text); });
+    if (!cfg.data.tokenizer.empty() && fs::exists(cfg.data.tokenizer))
+      fs::copy_file(cfg.data.tokenizer, tmp / "tokenizer.model");
+    if (fs::exists(out)) fs::remove_all(out);
+    fs::rename(tmp, out);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  return ckpt_dir;
+}
+
+ModelConfig export_config(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(path + ": invalid JSON: " + e.what());
+  }
+  if (j.value("format", "") != "normlab" || !j.contains("model"))
+    throw std::invalid_argument(path + ": not a normlab export (no format/model)");
+  // The model keys become --set overrides, so they go through the same strict checks.
+  std::vector<std::string> overrides;
+  std::function<void(const nlohmann::json&, const std::string&)> walk = [&](const nlohmann::json& v, const std::string& key) {
+    if (v.is_object()) {
+      for (auto it = v.begin(); it != v.end(); ++it) walk(it.value(), key + "." + it.key());
+    } else {
+      overrides.push_back(key + "=" + v.dump());  // JSON scalars are valid YAML
+    }
+  };
+  walk(j["model"], "model");
+  try {
+    return config_load("", overrides).model;
+  } catch (const ConfigError& e) {
+    throw std::invalid_argument(path + ": " + e.what());
+  }
+}
+
+DecoderLM import_model(const std::string& dir, torch::Device device) {
+  DecoderLM model(export_config(dir), device);
+  const std::string weights = (fs::path(dir) / "model.safetensors").string();
+  load_weights(*model, safetensors_load(weights).tensors, weights);
+  return model;
+}
+
+}  // namespace normlab

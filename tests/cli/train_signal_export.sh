@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# `normlab train` as a user runs it: SIGTERM in the middle of a run saves a loadable checkpoint
+# and exits 4; --resume finishes the run (exit 0); `normlab export` writes a folder that
+# Python's safetensors loads. Run by CTest (label slow) on the built-in corpus fixture.
+# Usage: train_signal_export.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
+set -euo pipefail
+normlab=$1 src=$2 kjv=$3 python=$4 work=$5
+rm -rf "$work" && mkdir -p "$work"
+args=(--config "$src/configs/tiny/lm.yaml" --set "data.train=$kjv/shards" --set "data.tokenizer=$kjv/tokenizer.model"
+      --set checkpoint.every=0 --set eval.every=0 --set logging.every=1000 --out "$work/run")
+
+"$normlab" train "${args[@]}" --set train.steps=100000 > "$work/train1.out" 2>&1 &
+pid=$!
+for _ in $(seq 1 300); do  # wait for a few steps (up to 60 s)
+  [ -f "$work/run/metrics.jsonl" ] && [ "$(wc -l < "$work/run/metrics.jsonl")" -ge 3 ] && break
+  sleep 0.2
+done
+kill -TERM "$pid"
+rc=0; wait "$pid" || rc=$?
+[ "$rc" -eq 4 ] || { cat "$work/train1.out"; echo "FAIL: exit code $rc after SIGTERM, expected 4"; exit 1; }
+grep -q '"status": "interrupted"' "$work/run/summary.json" || { echo "FAIL: summary does not say interrupted"; exit 1; }
+ckpt=$(ls -d "$work"/run/checkpoints/step-* | tail -1)
+steps=$(basename "$ckpt" | sed 's/step-0*//')
+echo "SIGTERM: exit 4 with checkpoint $(basename "$ckpt")"
+
+"$normlab" train "${args[@]}" --set train.steps=$((steps + 2)) --resume > "$work/train2.out" 2>&1 \
+  || { cat "$work/train2.out"; echo "FAIL: resume did not complete"; exit 1; }
+grep -q "resumed from .*step-0*$steps at step $steps" "$work/run/train.log" || { echo "FAIL: no resume in train.log"; exit 1; }
+grep -q '"status": "completed"' "$work/run/summary.json" || { echo "FAIL: resumed run did not complete"; exit 1; }
+echo "resume: completed at step $((steps + 2))"
+
+"$normlab" export --checkpoint "$work/run" --out "$work/export"
+"$python" - "$work/export" <<'PY'
+import json, sys
+from safetensors.torch import load_file
+d = sys.argv[1]
+cfg = json.load(open(f"{d}/config.json"))
+w = load_file(f"{d}/model.safetensors")
+m = cfg["model"]
+assert cfg["format"] == "normlab" and m["scheme"] == "siamese_hybrid", cfg
+assert tuple(w["embed.weight"].shape) == (m["vocab_size"], m["d_model"]), w["embed.weight"].shape
+assert tuple(w[f"blocks.{m['n_layers'] - 1}.c1"].shape) == (m["d_model"],)
+assert all(t.isfinite().all() for t in w.values())
+print(f"python safetensors: {len(w)} tensors, {sum(t.numel() for t in w.values())} parameters")
+PY
+echo "PASS"

@@ -1,0 +1,160 @@
+// The trainer end to end on a tiny model: exact resume, divergence, skipping, run-folder and
+// data errors, export round trip.
+#include <fstream>
+
+#include "normlab/checkpoint.h"
+#include "normlab/config_io.h"
+#include "normlab/data_prepare.h"
+#include "normlab/export.h"
+#include "normlab/file_io.h"
+#include "normlab/trainer.h"
+#include "normlab/weights.h"
+#include "support.h"
+
+using namespace normlab;
+namespace fs = std::filesystem;
+
+namespace {
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::ScratchDir("trainer");
+    test::write_text(*dir_ / "a.txt", test::synthetic_corpus(500, 31));
+    PrepareOptions o;
+    o.tokenizer = test::test_tokenizer_path();
+    o.inputs = {*dir_ / "a.txt"};
+    o.out_dir = *dir_ / "shards";
+    o.val_fraction = 0.1;
+    data_prepare(o);
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static RunConfig config(std::vector<std::string> extra = {}) {
+    std::vector<std::string> s = {
+        "model.scheme=siamese_hybrid", "model.vocab_size=400", "model.d_model=32", "model.n_layers=2",
+        "model.n_heads=4", "model.d_ff=64", "data.train=" + *dir_ / "shards", "data.seq_len=16",
+        "data.tokenizer=" + test::test_tokenizer_path(), "train.steps=8", "train.global_batch=4",
+        "train.micro_batch=2", "scheduler.warmup_steps=2", "eval.every=4", "eval.batches=2",
+        "checkpoint.every=4", "checkpoint.keep=5", "optimizer.lr=0.003"};
+    s.insert(s.end(), extra.begin(), extra.end());
+    return config_load("", s);
+  }
+  static TrainOptions options(const std::string& run, bool resume = false, int64_t stop_after = 0) {
+    TrainOptions o;
+    o.run_dir = run;
+    o.resume = resume;
+    o.stop_after = stop_after;
+    return o;
+  }
+  static std::vector<double> losses(const std::string& run) {
+    std::vector<double> out;
+    std::istringstream in(read_file(run + "/metrics.jsonl"));
+    for (std::string line; std::getline(in, line);) {
+      const auto at = line.find("\"loss\":");
+      out.push_back(std::stod(line.substr(at + 7)));
+    }
+    return out;
+  }
+  static test::ScratchDir* dir_;
+};
+test::ScratchDir* TrainerTest::dir_ = nullptr;
+
+}  // namespace
+
+TEST_F(TrainerTest, CompletesAndWritesItsOutputs) {
+  test::ScratchDir run("run");
+  const TrainSummary s = train(config(), options(run.path));
+  EXPECT_EQ(s.status, RunStatus::Completed);
+  EXPECT_EQ(s.steps, 8);
+  EXPECT_GT(s.final_val_loss, 0.0);
+  EXPECT_NEAR(s.val_perplexity, std::exp(s.final_val_loss), 1e-9);
+  EXPECT_EQ(s.tokens, 8u * 4 * 16);
+  EXPECT_EQ(losses(run.path.string()).size(), 8u);
+  const std::string summary = read_file(run / "summary.json");
+  EXPECT_NE(summary.find("\"status\": \"completed\""), std::string::npos) << summary;
+  EXPECT_TRUE(fs::exists(run / "checkpoints/step-00000004/model.safetensors"));
+  EXPECT_TRUE(fs::exists(run / "checkpoints/step-00000008/state.json"));
+  EXPECT_EQ(config_to_yaml(config_load(run / "config.yaml")), config_to_yaml(config()));
+}
+
+// Stopped after 3 steps and resumed, the run ends with bitwise the same weights, optimizer
+// state and losses as an uninterrupted one.
+TEST_F(TrainerTest, ResumeIsBitwiseExact) {
+  test::ScratchDir a("run"), b("run");
+  train(config(), options(a.path));
+  const TrainSummary first = train(config(), options(b.path, false, /*stop_after=*/3));
+  EXPECT_EQ(first.status, RunStatus::Interrupted);
+  EXPECT_EQ(first.steps, 3);
+  const TrainSummary second = train(config(), options(b.path, /*resume=*/true));
+  EXPECT_EQ(second.status, RunStatus::Completed);
+  EXPECT_EQ(losses(a.path.string()), losses(b.path.string()));
+  const Checkpoint ca = checkpoint_load(a / "checkpoints/step-00000008");
+  const Checkpoint cb = checkpoint_load(b / "checkpoints/step-00000008");
+  for (const auto& [name, t] : ca.model) EXPECT_TRUE(torch::equal(t, cb.model.at(name))) << name;
+  for (const auto& [name, t] : ca.optimizer) EXPECT_TRUE(torch::equal(t, cb.optimizer.at(name))) << name;
+  auto val_line = [](const std::string& summary) { return summary.substr(summary.find("\"final_val_loss\"")).substr(0, 40); };
+  EXPECT_EQ(val_line(read_file(a / "summary.json")), val_line(read_file(b / "summary.json")));
+}
+
+TEST_F(TrainerTest, AHugeLearningRateEndsAsDiverged) {
+  test::ScratchDir run("run");
+  const TrainSummary s = train(config({"optimizer.lr=1e12", "optimizer.grad_clip=0", "scheduler.warmup_steps=0"}),
+                               options(run.path));
+  EXPECT_EQ(s.status, RunStatus::Diverged);
+  EXPECT_EQ(exit_code(s.status), 3);
+  EXPECT_GT(s.diverged_at, 0);
+  EXPECT_LE(s.diverged_at, 8);
+  const std::string summary = read_file(run / "summary.json");
+  EXPECT_NE(summary.find("\"status\": \"diverged\""), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"diverged_at\": " + std::to_string(s.diverged_at)), std::string::npos) << summary;
+}
+
+TEST_F(TrainerTest, NonFiniteStepsCanBeSkippedInstead) {
+  test::ScratchDir run("run");
+  const TrainSummary s = train(config({"optimizer.lr=1e12", "optimizer.grad_clip=0", "scheduler.warmup_steps=0",
+                                       "train.skip_nonfinite=true"}),
+                               options(run.path));
+  EXPECT_EQ(s.status, RunStatus::Completed);
+  EXPECT_GT(s.skipped_steps, 0);
+}
+
+TEST_F(TrainerTest, RefusesUnsafeRunFoldersAndMismatchedData) {
+  test::ScratchDir run("run");
+  train(config({"train.steps=2"}), options(run.path));
+  auto error = [](const RunConfig& c, const TrainOptions& o) -> std::string {
+    try {
+      train(c, o);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error(config({"train.steps=2"}), options(run.path)).find("already holds checkpoints"), std::string::npos);
+  EXPECT_NE(error(config({"train.steps=4", "model.d_ff=96"}), options(run.path, true)).find("changed architecture"),
+            std::string::npos);
+  EXPECT_NE(error(config({"model.vocab_size=300"}), options(run / "x")).find("more than model.vocab_size = 300"),
+            std::string::npos);
+  EXPECT_NE(error(config({"data.train=" + *dir_ / "nowhere"}), options(run / "y")).find("index.json: not found"),
+            std::string::npos);
+  EXPECT_NE(error(config({"data.train="}), options(run / "z")).find("data.train is empty"), std::string::npos);
+  EXPECT_NE(error(config({"train.precision=bf16", "train.device=cpu"}), options(run / "w")).find("needs a CUDA device"),
+            std::string::npos);
+  // Resuming with more steps (not an architecture change) is fine.
+  EXPECT_EQ(train(config({"train.steps=3"}), options(run.path, true)).steps, 3);
+}
+
+TEST_F(TrainerTest, ExportRoundTripGivesIdenticalLogits) {
+  test::ScratchDir run("run");
+  train(config({"train.steps=2"}), options(run.path));
+  export_model(run.path.string(), run / "export");
+  EXPECT_TRUE(fs::exists(run / "export/tokenizer.model"));
+  DecoderLM imported = import_model(run / "export");
+  DecoderLM trained(config().model);
+  load_weights(*trained, checkpoint_load(run / "checkpoints/step-00000002").model, "checkpoint");
+  const torch::Tensor tokens = torch::randint(400, {2, 10}, torch::kLong);
+  EXPECT_TRUE(torch::equal(imported->forward(tokens), trained->forward(tokens)));
+  EXPECT_EQ(export_config(run / "export").scheme, Scheme::SiameseHybrid);
+}
