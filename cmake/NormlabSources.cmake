@@ -5,11 +5,13 @@ set(NORMLAB_SOURCES
   checkpoint.cpp
   config.cpp
   config_io.cpp
+  cpu_allocator.cpp
   data_prepare.cpp
   device.cpp
   evaluate.cpp
   export.cpp
   file_io.cpp
+  fused.cpp
   info.cpp
   init.cpp
   linear.cpp

@@ -53,3 +53,21 @@ endif()
 
 find_package(Torch REQUIRED)
 message(STATUS "normlab: LibTorch ${Torch_VERSION} from ${NORMLAB_TORCH_PREFIX}")
+
+# oneDNN's matmul is exported by LibTorch (at::native::mkldnn_matmul) but has no installed
+# header; src/fused.cpp declares it when this check compiles and links against the library
+# files directly (the imported targets do not carry into a check project).
+if(NOT DEFINED NORMLAB_HAVE_ONEDNN_MATMUL)
+  include(CheckCXXSourceCompiles)
+  file(READ ${CMAKE_CURRENT_LIST_DIR}/checks/onednn_matmul.cpp _onednn_check)
+  set(CMAKE_REQUIRED_INCLUDES ${TORCH_INCLUDE_DIRS})
+  set(CMAKE_REQUIRED_LIBRARIES ${NORMLAB_TORCH_PREFIX}/lib/libtorch_cpu.so ${NORMLAB_TORCH_PREFIX}/lib/libc10.so)
+  set(CMAKE_REQUIRED_FLAGS "-std=c++17")
+  set(CMAKE_REQUIRED_QUIET ON)
+  check_cxx_source_compiles("${_onednn_check}" NORMLAB_HAVE_ONEDNN_MATMUL)
+  unset(CMAKE_REQUIRED_INCLUDES)
+  unset(CMAKE_REQUIRED_LIBRARIES)
+  unset(CMAKE_REQUIRED_FLAGS)
+  unset(CMAKE_REQUIRED_QUIET)
+endif()
+message(STATUS "normlab: oneDNN matmul from LibTorch: ${NORMLAB_HAVE_ONEDNN_MATMUL}")

@@ -43,16 +43,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
     k = k_norm(k);
     v = v_norm(v);
   }
-  q = q.transpose(1, 2);  // (B, H, T, D)
-  k = k.transpose(1, 2);  // (B, Hk, T, D)
-  v = v.transpose(1, 2);
-
   if (!rope_.cos.defined() || rope_.cos.size(0) != T || rope_.cos.device() != q.device() ||
       rope_.cos.scalar_type() != q.scalar_type()) {
     rope_ = rope_tables(T, D, options.rope_theta(), q.device(), q.scalar_type());
   }
-  q = rope_apply(q, rope_);
-  k = rope_apply(k, rope_);
+  q = rope_apply(q, rope_).transpose(1, 2);  // (B, H, T, D)
+  k = rope_apply(k, rope_).transpose(1, 2);  // (B, Hk, T, D)
+  v = v.transpose(1, 2);
 
   const torch::Tensor y = at::scaled_dot_product_attention(
       q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,

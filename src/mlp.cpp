@@ -1,5 +1,7 @@
 #include "normlab/mlp.h"
 
+#include "normlab/fused.h"
+
 #include <torch/torch.h>
 
 namespace normlab {
@@ -10,8 +12,7 @@ MlpImpl::MlpImpl(int64_t d_model, int64_t d_ff, torch::Device device) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  const std::vector<torch::Tensor> vg = up(x).chunk(2, /*dim=*/-1);
-  return down(torch::silu(vg[1]) * vg[0]);
+  return down(fused::swiglu(up(x)));
 }
 
 void MlpImpl::pretty_print(std::ostream& stream) const {

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "normlab/fused.h"
 #include "normlab/init.h"
 
 namespace normlab {
@@ -45,7 +46,7 @@ torch::Tensor DecoderLMImpl::hidden(const torch::Tensor& tokens, const Probe& pr
 }
 
 torch::Tensor DecoderLMImpl::forward(const torch::Tensor& tokens, const Probe& probe) {
-  return torch::linear(hidden(tokens, probe), head_weight());
+  return fused::linear(hidden(tokens, probe), head_weight());
 }
 
 LossOutput DecoderLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets,
@@ -54,13 +55,11 @@ LossOutput DecoderLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor&
               " must match tokens ", tokens.sizes());
   LossOutput out;
   out.logits = forward(tokens, probe);
-  const torch::Tensor flat = out.logits.reshape({-1, config.vocab_size});
-  const torch::Tensor logits32 =
-      flat.scalar_type() == torch::kDouble ? flat : flat.to(torch::kFloat);
-  out.ce = torch::cross_entropy_loss(logits32, targets.reshape({-1}));
+  auto [ce, z] = fused::cross_entropy(out.logits.reshape({-1, config.vocab_size}), targets.reshape({-1}));
+  out.ce = ce;
   out.loss = out.ce;
   if (z_loss > 0.0) {
-    out.z = torch::logsumexp(logits32, /*dim=*/-1).pow(2).mean();
+    out.z = z;
     out.loss = out.ce + z_loss * out.z;
   }
   return out;

@@ -1,6 +1,7 @@
 #include "normlab/norm.h"
 
-#include <ATen/ops/rms_norm.h>
+#include "normlab/fused.h"
+
 #include <torch/torch.h>
 
 namespace normlab {
@@ -13,14 +14,14 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x) {
   // Reduced-precision inputs are normalised in fp32 and cast back; fp32/fp64 stay as they are.
   const bool upcast = x.scalar_type() != torch::kFloat && x.scalar_type() != torch::kDouble;
   const torch::Tensor xf = upcast ? x.to(torch::kFloat) : x;
-  // An absent gain must be passed as nullopt: an undefined tensor would be used as a factor.
-  const std::optional<torch::Tensor> w =
-      weight.defined() ? std::optional<torch::Tensor>(weight.to(xf.scalar_type())) : std::nullopt;
+  const torch::Tensor w = weight.defined() ? weight.to(xf.scalar_type()) : torch::Tensor();
   torch::Tensor y;
   if (options.type() == NormType::RmsNorm) {
-    y = at::rms_norm(xf, {options.dim()}, w, options.eps());
+    y = fused::rms_norm(xf, w, options.eps());
   } else {
-    y = torch::layer_norm(xf, {options.dim()}, w, /*bias=*/std::nullopt, options.eps());
+    // An absent gain must be passed as nullopt: an undefined tensor would be used as a factor.
+    y = torch::layer_norm(xf, {options.dim()}, w.defined() ? std::optional<torch::Tensor>(w) : std::nullopt,
+                          /*bias=*/std::nullopt, options.eps());
   }
   return upcast ? y.to(x.scalar_type()) : y;
 }

@@ -1,5 +1,7 @@
 #include "normlab/rope.h"
 
+#include "normlab/fused.h"
+
 #include <torch/torch.h>
 
 namespace normlab {
@@ -15,12 +17,6 @@ RopeTables rope_tables(int64_t seq_len, int64_t head_dim, double theta, torch::D
   return {full.cos().to(dtype), full.sin().to(dtype)};
 }
 
-torch::Tensor rope_apply(const torch::Tensor& x, const RopeTables& t) {
-  const int64_t half = x.size(-1) / 2;
-  const torch::Tensor x1 = x.narrow(-1, 0, half);
-  const torch::Tensor x2 = x.narrow(-1, half, half);
-  const torch::Tensor rotated = torch::cat({-x2, x1}, /*dim=*/-1);
-  return x * t.cos + rotated * t.sin;
-}
+torch::Tensor rope_apply(const torch::Tensor& x, const RopeTables& t) { return fused::rope(x, t.cos, t.sin); }
 
 }  // namespace normlab

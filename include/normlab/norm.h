@@ -2,6 +2,7 @@
 // bias, always computed in at least fp32 (PAPER.md, conventions of the reference code):
 //   rmsnorm:   y = w * x * rsqrt(mean(x^2) + eps)
 //   layernorm: y = w * (x - mean(x)) * rsqrt(var(x) + eps)
+// RMSNorm runs the fused kernel of fused.h on CPU.
 // Example: Norm n(NormOptions(512).eps(1e-5)); auto y = n(x);
 #pragma once
 

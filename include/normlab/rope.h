@@ -16,7 +16,7 @@ struct RopeTables {
 RopeTables rope_tables(int64_t seq_len, int64_t head_dim, double theta, torch::Device device,
                        torch::ScalarType dtype);
 
-/// Rotates x of shape (B, H, T, head_dim) by the tables (T must match).
+/// Rotates x of shape (B, T, H, head_dim) by the tables (T must match); fused on CPU.
 torch::Tensor rope_apply(const torch::Tensor& x, const RopeTables& tables);
 
 }  // namespace normlab

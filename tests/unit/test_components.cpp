@@ -50,8 +50,8 @@ TEST(Rope, RotateHalfFormAndRelativePositions) {
   // Dot products of rotated vectors depend only on the distance between positions.
   torch::manual_seed(1);
   const torch::Tensor q = torch::randn({D}, torch::kDouble), k = torch::randn({D}, torch::kDouble);
-  auto at = [&](const torch::Tensor& v, int64_t p) {
-    return rope_apply(v.expand({1, 1, 6, D}), t)[0][0][p];
+  auto at = [&](const torch::Tensor& v, int64_t p) {  // x is (B, T, H, D)
+    return rope_apply(v.expand({1, 6, 1, D}), t)[0][p][0];
   };
   EXPECT_NEAR(at(q, 3).dot(at(k, 1)).item<double>(), at(q, 4).dot(at(k, 2)).item<double>(), 1e-12);
   // Rotation preserves the norm.
@@ -69,8 +69,8 @@ TEST(Attention, GroupedQueryMatchesExplicitSoftmaxAttention) {
 
   const auto parts = torch::linear(x, a->qkv->weight).split({H * D, Hk * D, Hk * D}, -1);
   const RopeTables t = rope_tables(T, D, 10000.0, torch::kCPU, torch::kDouble);
-  const torch::Tensor q = rope_apply(parts[0].view({B, T, H, D}).transpose(1, 2), t);
-  const torch::Tensor k = rope_apply(parts[1].view({B, T, Hk, D}).transpose(1, 2), t).repeat_interleave(H / Hk, 1);
+  const torch::Tensor q = rope_apply(parts[0].view({B, T, H, D}), t).transpose(1, 2);
+  const torch::Tensor k = rope_apply(parts[1].view({B, T, Hk, D}), t).transpose(1, 2).repeat_interleave(H / Hk, 1);
   const torch::Tensor v = parts[2].view({B, T, Hk, D}).transpose(1, 2).repeat_interleave(H / Hk, 1);
   torch::Tensor s = torch::matmul(q, k.transpose(-1, -2)) / std::sqrt(double(D));
   s = s.masked_fill(torch::ones({T, T}, torch::kBool).triu(1), -INFINITY);

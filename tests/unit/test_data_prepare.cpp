@@ -118,10 +118,12 @@ TEST(DataPrepare, OutputIsByteIdenticalForAnyThreadCount) {
   for (int i = 0; i < 12; ++i) big += test::synthetic_corpus(400, 10 + i) + "\n";
   test::write_text(dir / "big.txt", big);
   for (int t : {1, 2, 3, 5}) data_prepare(options({dir / "big.txt"}, dir / ("t" + std::to_string(t)), t));
-  for (const auto& e : fs::directory_iterator(dir / "t1"))
-    for (int t : {2, 3, 5})
+  for (const auto& e : fs::directory_iterator(dir / "t1")) {
+    for (int t : {2, 3, 5}) {
       EXPECT_EQ(read_file(e.path().string()), read_file(dir / ("t" + std::to_string(t) + "/" + e.path().filename().string())))
           << e.path().filename() << " with " << t << " threads";
+    }
+  }
 }
 
 TEST(DataPrepare, ReadsJsonlWithAConfigurableField) {
@@ -163,7 +165,9 @@ TEST(DataPrepare, BadInputsFailClearlyAndLeaveNoShards) {
   for (const Case& c : cases) {
     const std::string err = error_of(options(c.inputs, dir / c.out));
     EXPECT_NE(err.find(c.expect), std::string::npos) << c.out << ": got '" << err << "'";
-    if (c.out != "full") EXPECT_FALSE(fs::exists(dir / c.out)) << c.out;
+    if (c.out != "full") {
+      EXPECT_FALSE(fs::exists(dir / c.out)) << c.out;
+    }
   }
   EXPECT_TRUE(fs::exists(dir / "full/keep.txt"));
   for (const auto& e : fs::directory_iterator(dir.path))

@@ -1,0 +1,154 @@
+// The fused CPU kernels against the unfused ATen composition: values and gradients, in
+// float64 (tight) and float32, on contiguous and strided inputs.
+#include <torch/torch.h>
+
+#include "fast_exp.h"
+#include "normlab/cpu_allocator.h"
+#include "normlab/fused.h"
+#include "support.h"
+
+using namespace normlab;
+using normlab::test::close;
+
+namespace {
+
+torch::Tensor rms_ref(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+  torch::Tensor y = x * torch::rsqrt(x.pow(2).mean(-1, true) + eps);
+  return w.defined() ? y * w : y;
+}
+
+torch::Tensor rope_ref(const torch::Tensor& x, const torch::Tensor& c, const torch::Tensor& s) {
+  const int64_t h = x.size(-1) / 2;
+  return x * c.unsqueeze(1) + torch::cat({-x.narrow(-1, h, h), x.narrow(-1, 0, h)}, -1) * s.unsqueeze(1);
+}
+
+// Values and gradients (w.r.t. every input that requires grad) of f and ref agree.
+void expect_same(const std::function<torch::Tensor()>& f, const std::function<torch::Tensor()>& ref,
+                 std::vector<torch::Tensor> inputs, double tol) {
+  const torch::Tensor a = f(), b = ref();
+  EXPECT_TRUE(close(a, b, tol)) << "values";
+  const torch::Tensor r = torch::randn_like(a);
+  const auto ga = torch::autograd::grad({(a * r).sum()}, inputs);
+  const auto gb = torch::autograd::grad({(b * r).sum()}, inputs);
+  for (size_t i = 0; i < inputs.size(); ++i) EXPECT_TRUE(close(ga[i], gb[i], tol)) << "gradient " << i;
+}
+
+}  // namespace
+
+TEST(Fused, FastExpIsWithinTwoUlpOfStdExp) {
+  double worst = 0;
+  for (float x = -87.0f; x <= 88.0f; x += 0.001373f) {
+    const double ref = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::abs(fast::exp(x) - ref) / ref);
+  }
+  EXPECT_LT(worst, 2 * 1.1920929e-7) << "relative error";
+  EXPECT_EQ(fast::exp(-1000.0f), fast::exp(-87.0f));  // clamped: no garbage exponent bits
+  EXPECT_TRUE(std::isfinite(fast::exp(1000.0f)));
+}
+
+TEST(Fused, RmsNormMatchesTheComposition) {
+  for (auto dtype : {torch::kDouble, torch::kFloat}) {
+    const double tol = dtype == torch::kDouble ? 1e-12 : 2e-6;
+    torch::manual_seed(1);
+    const torch::Tensor x = torch::randn({3, 37, 64}, dtype).requires_grad_();
+    const torch::Tensor w = (torch::rand({64}, dtype) + 0.5).requires_grad_();
+    expect_same([&] { return fused::rms_norm(x, w, 1e-5); }, [&] { return rms_ref(x, w, 1e-5); }, {x, w}, tol);
+    expect_same([&] { return fused::rms_norm(x, {}, 1e-5); }, [&] { return rms_ref(x, {}, 1e-5); }, {x}, tol);
+    // A strided view (the per-head q/k/v norms see slices of the qkv projection).
+    const torch::Tensor big = torch::randn({5, 3, 24}, dtype).requires_grad_();
+    const torch::Tensor wv = torch::rand({8}, dtype).requires_grad_();
+    expect_same([&] { return fused::rms_norm(big.narrow(-1, 8, 8), wv, 1e-5); },
+                [&] { return rms_ref(big.narrow(-1, 8, 8), wv, 1e-5); }, {big, wv}, tol);
+  }
+  EXPECT_TRUE(fused::cpu_fusable(torch::zeros({2})));
+  EXPECT_FALSE(fused::cpu_fusable(torch::zeros({2}, torch::kBFloat16)));
+}
+
+TEST(Fused, RopeMatchesTheComposition) {
+  for (auto dtype : {torch::kDouble, torch::kFloat}) {
+    const double tol = dtype == torch::kDouble ? 1e-12 : 1e-6;
+    torch::manual_seed(2);
+    const torch::Tensor x = torch::randn({2, 9, 3, 16}, dtype).requires_grad_();
+    const torch::Tensor c = torch::randn({9, 16}, dtype), s = torch::randn({9, 16}, dtype);
+    expect_same([&] { return fused::rope(x, c, s); }, [&] { return rope_ref(x, c, s); }, {x}, tol);
+    const torch::Tensor strided = torch::randn({2, 9, 3, 40}, dtype).requires_grad_();
+    expect_same([&] { return fused::rope(strided.narrow(-1, 8, 16), c, s); },
+                [&] { return rope_ref(strided.narrow(-1, 8, 16), c, s); }, {strided}, tol);
+  }
+}
+
+TEST(Fused, SwigluMatchesTheComposition) {
+  for (auto dtype : {torch::kDouble, torch::kFloat}) {
+    const double tol = dtype == torch::kDouble ? 1e-12 : 1e-6;
+    torch::manual_seed(3);
+    const torch::Tensor u = (torch::randn({4, 11, 2 * 24}, dtype) * 3).requires_grad_();
+    expect_same([&] { return fused::swiglu(u); },
+                [&] { const auto vg = u.chunk(2, -1); return torch::silu(vg[1]) * vg[0]; }, {u}, tol);
+  }
+}
+
+TEST(Fused, CrossEntropyAndZLossMatchATen) {
+  for (auto dtype : {torch::kDouble, torch::kFloat}) {
+    const double tol = dtype == torch::kDouble ? 1e-12 : 2e-6;
+    torch::manual_seed(5);
+    const torch::Tensor x = (torch::randn({37, 101}, dtype) * 4).requires_grad_();
+    const torch::Tensor t = torch::randint(101, {37}, torch::kLong);
+    for (double zw : {0.0, 1e-2}) {
+      expect_same([&] { auto [ce, z] = fused::cross_entropy(x, t); return ce + zw * z; },
+                  [&] { return torch::cross_entropy_loss(x, t) + zw * torch::logsumexp(x, -1).pow(2).mean(); }, {x},
+                  tol);
+    }
+  }
+  // Large logits: no overflow in the fused exp (max-subtracted).
+  const torch::Tensor big = torch::tensor({{1000.0f, 0.0f}, {-1000.0f, 5.0f}});
+  const auto [ce, z] = fused::cross_entropy(big, torch::tensor({0L, 1L}));
+  EXPECT_NEAR(ce.item<double>(), 0.0, 1e-6);
+}
+
+TEST(Fused, LinearMatchesATenLinear) {
+  torch::manual_seed(4);
+  const torch::Tensor x = torch::randn({3, 17, 48}).requires_grad_();
+  const torch::Tensor w = (torch::randn({40, 48}) * 0.1).requires_grad_();
+  expect_same([&] { return fused::linear(x, w); }, [&] { return torch::linear(x, w); }, {x, w}, 2e-6);
+  // A strided input (a slice of a wider activation) and an input that needs no gradient.
+  const torch::Tensor wide = torch::randn({5, 96}).requires_grad_();
+  expect_same([&] { return fused::linear(wide.narrow(1, 10, 48), w); },
+              [&] { return torch::linear(wide.narrow(1, 10, 48), w); }, {wide, w}, 2e-6);
+  const torch::Tensor frozen = torch::randn({4, 48});
+  expect_same([&] { return fused::linear(frozen, w); }, [&] { return torch::linear(frozen, w); }, {w}, 2e-6);
+  std::cout << "oneDNN linear in this build: " << (fused::onednn_linear_available() ? "yes" : "no") << "\n";
+}
+
+TEST(Fused, UnfusedDevicesAndDtypesTakeTheComposition) {
+  const torch::Tensor x = torch::randn({4, 8}).to(torch::kBFloat16);
+  const torch::Tensor q = torch::randn({1, 2, 1, 4}).to(torch::kBFloat16);
+  const torch::Tensor c = torch::randn({2, 4}).to(torch::kBFloat16), s = torch::randn({2, 4}).to(torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(fused::rope(q, c, s), rope_ref(q, c, s)));
+  EXPECT_EQ(fused::rms_norm(x, {}, 1e-5).scalar_type(), torch::kBFloat16);
+}
+
+// The caching allocator (not installed here: that would switch the whole test process).
+TEST(CpuCachingAllocator, ReusesFreedBlocksOfTheSameSize) {
+  CpuCachingAllocator a(/*max_cached_bytes=*/1 << 20);
+  void* first = nullptr;
+  {
+    c10::DataPtr p = a.allocate(1000);
+    first = p.get();
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(first) % 64, 0u);
+    std::memset(first, 7, 1000);
+    EXPECT_EQ(p.get(), p.get_context());  // LibTorch's raw_allocate relies on this
+  }
+  EXPECT_EQ(a.stats().cached_bytes, 1024u);
+  {
+    c10::DataPtr again = a.allocate(1000);
+    EXPECT_EQ(again.get(), first);
+    c10::DataPtr other = a.allocate(5000);
+    EXPECT_NE(other.get(), first);
+  }
+  EXPECT_EQ(a.stats().allocations, 3u);
+  EXPECT_EQ(a.stats().reused, 1u);
+  {
+    c10::DataPtr huge = a.allocate(2 << 20);  // beyond the cap: freed to the system
+  }
+  EXPECT_EQ(a.stats().cached_bytes, 1024u + 5056u);
+}

@@ -1,0 +1,195 @@
+"""The peer of `normlab train` in tools/bench/train_bench.sh: a plain PyTorch (Python) training
+loop of the same model and settings, written the way a PyTorch user writes it (nn.Module,
+F.scaled_dot_product_attention, F.rms_norm, torch.optim.AdamW with its defaults, gradient
+accumulation, clipping, the same cosine schedule), on the same token shards.
+
+Usage: torch_train.py SHARD.bin SCHEME D_MODEL N_LAYERS N_HEADS D_FF VOCAB SEQ MICRO GLOBAL STEPS THREADS
+Prints "step <seconds>" per step and "loss <last loss>".
+"""
+import math
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Norm(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return F.rms_norm(x.float(), (x.shape[-1],), self.weight, 1e-5).type_as(x)
+
+
+def rope(x, cos, sin):
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, d, h, qkv_norm):
+        super().__init__()
+        self.h, self.hd = h, d // h
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.out = nn.Linear(d, d, bias=False)
+        self.qkv_norm = qkv_norm
+        if qkv_norm:
+            self.q_norm, self.k_norm, self.v_norm = Norm(self.hd), Norm(self.hd), Norm(self.hd)
+
+    def forward(self, x, cos, sin):
+        B, T, d = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.h, self.hd).unbind(2)
+        if self.qkv_norm:
+            q, k, v = self.q_norm(q), self.k_norm(k), self.v_norm(v)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(B, T, d))
+
+
+class Mlp(nn.Module):
+    def __init__(self, d, d_ff):
+        super().__init__()
+        self.up = nn.Linear(d, 2 * d_ff, bias=False)
+        self.down = nn.Linear(d_ff, d, bias=False)
+
+    def forward(self, x):
+        v, g = self.up(x).chunk(2, dim=-1)
+        return self.down(F.silu(g) * v)
+
+
+class Block(nn.Module):
+    """One block of any scheme; forward follows PAPER.md's update rules."""
+
+    def __init__(self, scheme, d, h, d_ff, layer, n_layers):
+        super().__init__()
+        self.scheme = scheme
+        hybrid = scheme in ("hybrid_norm", "hybrid_norm_star", "siamese_hybrid")
+        self.attn, self.mlp = Attention(d, h, hybrid), Mlp(d, d_ff)
+        self.c = math.sqrt(2 * (layer + 1))
+        self.alpha = (2 * n_layers) ** 0.25
+        self.pre = scheme in ("pre_norm", "peri_norm") or (scheme == "hybrid_norm_star" and layer == 0) or (
+            scheme == "mix_ln" and layer >= n_layers // 4)
+        names = {"siamese": ["attn_post", "attn_y", "attn_in", "mlp_post", "mlp_y", "mlp_in"],
+                 "siamese_hybrid": ["attn_y", "mlp", "mlp_y", "mlp_in"],
+                 "peri_norm": ["attn", "attn_out", "mlp", "mlp_out"],
+                 "hybrid_norm": ["mlp"]}.get(scheme, ["attn", "mlp"])
+        if scheme == "hybrid_norm_star" and layer > 0:
+            names = ["mlp"]
+        self.norms = nn.ModuleDict({n: Norm(d) for n in names})
+        if scheme == "siamese_hybrid":
+            self.c1 = nn.Parameter(torch.ones(d))
+
+    def forward(self, x, y, cos, sin):
+        n, A, M = self.norms, lambda t: self.attn(t, cos, sin), self.mlp
+        s = self.scheme
+        if self.pre and s != "peri_norm":
+            x = x + A(n["attn"](x))
+            return x + M(n["mlp"](x)), y
+        if s == "peri_norm":
+            x = x + n["attn_out"](A(n["attn"](x)))
+            return x + n["mlp_out"](M(n["mlp"](x))), y
+        if s in ("post_norm", "mix_ln"):
+            x = n["attn"](x + A(x))
+            return n["mlp"](x + M(x)), y
+        if s == "deep_norm":
+            x = n["attn"](self.alpha * x + A(x))
+            return n["mlp"](self.alpha * x + M(x)), y
+        if s in ("hybrid_norm", "hybrid_norm_star"):
+            x = x + A(x)
+            xt = n["mlp"](x)
+            return xt + M(xt), y
+        if s == "resi_dual":
+            o = A(x)
+            x, y = n["attn"](x + o), y + o
+            o = M(x)
+            return n["mlp"](x + o), y + o
+        if s == "siamese":
+            x = n["attn_post"](x)
+            o = A(n["attn_in"](x + n["attn_y"](y)))
+            x, y = x + o / self.c, y + o
+            x = n["mlp_post"](x)
+            o = M(n["mlp_in"](x + n["mlp_y"](y)))
+            return x + o / self.c, y + o
+        if s == "siamese_hybrid":
+            a = A(self.c1 * x + n["attn_y"](y))
+            x, y = x + a / self.c, y + a
+            xt = n["mlp"](x)
+            g = M(n["mlp_in"](xt + n["mlp_y"](y)))
+            return xt + g / self.c, y + g
+        raise ValueError(s)
+
+
+class LM(nn.Module):
+    def __init__(self, scheme, vocab, d, n_layers, h, d_ff):
+        super().__init__()
+        self.scheme, self.hd = scheme, d // h
+        self.embed = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(Block(scheme, d, h, d_ff, l, n_layers) for l in range(n_layers))
+        self.head = nn.Linear(d, vocab, bias=False)
+        two = scheme in ("siamese", "siamese_hybrid")
+        self.final = nn.ModuleDict({k: Norm(d) for k in (["x", "y", "z"] if two else ["y"] if scheme == "resi_dual"
+                                                          else [] if scheme in ("post_norm", "deep_norm") else ["z"])})
+
+    def forward(self, tokens, targets):
+        T = tokens.shape[1]
+        inv = 10000.0 ** (-torch.arange(0, self.hd // 2, dtype=torch.float64) * 2 / self.hd)
+        ang = torch.outer(torch.arange(T, dtype=torch.float64), inv)
+        ang = torch.cat((ang, ang), dim=-1)
+        cos, sin = ang.cos().float(), ang.sin().float()
+        x = self.embed(tokens)
+        y = x if self.scheme in ("resi_dual", "siamese", "siamese_hybrid") else None
+        for b in self.blocks:
+            x, y = b(x, y, cos, sin)
+        f = self.final
+        if "x" in f:
+            z = f["z"](f["x"](x) + f["y"](y))
+        elif self.scheme == "resi_dual":
+            z = x + f["y"](y)
+        elif "z" in f:
+            z = f["z"](x)
+        else:
+            z = x
+        logits = self.head(z)
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def main():
+    shard, scheme = sys.argv[1], sys.argv[2]
+    d, L, h, d_ff, vocab, T, micro, glob, steps, threads = map(int, sys.argv[3:13])
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    tokens = np.memmap(shard, dtype=np.uint16, mode="r", offset=64)
+    model = LM(scheme, vocab, d, L, h, d_ff)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=2e-3, betas=(0.9, 0.95), eps=1e-8)
+    accum = glob // micro
+    n_samples = (len(tokens) - 1) // T
+    rng = np.random.default_rng(0)
+    for step in range(steps):
+        t0 = time.perf_counter()
+        lr = 2e-3 * min(1.0, (step + 1) / 20)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for _ in range(accum):
+            idx = rng.integers(0, n_samples, micro)
+            batch = torch.from_numpy(np.stack([tokens[i * T:i * T + T + 1].astype(np.int64) for i in idx]))
+            loss = model(batch[:, :-1], batch[:, 1:])
+            (loss / accum).backward()
+            total += loss.item() / accum
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        print(f"step {time.perf_counter() - t0:.6f}", flush=True)
+    print(f"loss {total:.4f}")
+
+
+if __name__ == "__main__":
+    main()
