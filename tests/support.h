@@ -13,6 +13,10 @@
 #include "normlab/model_config.h"
 #include "normlab/safetensors.h"
 
+/// Skips the current test (cleanly, as GTEST_SKIP) where CUDA is not available.
+#define NORMLAB_REQUIRE_CUDA() \
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
+
 namespace normlab::test {
 
 /// A small model of `scheme`: vocab 32, d_model 16, 2 layers, 4 heads / 2 kv heads, d_ff 24.

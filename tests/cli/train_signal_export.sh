@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `normlab train` as a user runs it: SIGTERM in the middle of a run saves a loadable checkpoint
 # and exits 4; --resume finishes the run (exit 0); `normlab export` writes a folder that
-# Python's safetensors loads. Run by CTest (label slow) on the built-in corpus fixture.
+# Python's safetensors loads; a diverging run exits 3. Run by CTest (label slow) on the
+# built-in corpus fixture.
 # Usage: train_signal_export.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
 set -euo pipefail
 normlab=$1 src=$2 kjv=$3 python=$4 work=$5
@@ -43,4 +44,11 @@ assert tuple(w[f"blocks.{m['n_layers'] - 1}.c1"].shape) == (m["d_model"],)
 assert all(t.isfinite().all() for t in w.values())
 print(f"python safetensors: {len(w)} tensors, {sum(t.numel() for t in w.values())} parameters")
 PY
+# A learning rate far too high ends the run as diverged, with exit code 3.
+rc=0
+"$normlab" train "${args[@]}" --set train.steps=20 --set optimizer.lr=1e12 --set optimizer.grad_clip=0 \
+  --set scheduler.warmup_steps=0 --out "$work/diverge" > "$work/diverge.out" 2>&1 || rc=$?
+[ "$rc" -eq 3 ] || { cat "$work/diverge.out"; echo "FAIL: exit code $rc for a diverging run, expected 3"; exit 1; }
+grep -q '"status": "diverged"' "$work/diverge/summary.json" || { echo "FAIL: summary does not say diverged"; exit 1; }
+echo "divergence: exit 3, $(grep diverged_at "$work/diverge/summary.json" | tr -d ' ,')"
 echo "PASS"

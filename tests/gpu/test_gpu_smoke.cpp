@@ -3,9 +3,7 @@
 #include <torch/torch.h>
 
 #include "normlab/device.h"
-
-#define NORMLAB_REQUIRE_CUDA() \
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
+#include "support.h"
 
 TEST(GpuSmoke, MatmulMatchesCpu) {
   NORMLAB_REQUIRE_CUDA();
