@@ -8,9 +8,9 @@ set -euo pipefail
 normlab=$1 src=$2 kjv=$3 python=$4 work=$5
 rm -rf "$work" && mkdir -p "$work"
 args=(--config "$src/configs/tiny/lm.yaml" --set "data.train=$kjv/shards" --set "data.tokenizer=$kjv/tokenizer.model"
-      --set checkpoint.every=0 --set eval.every=0 --set logging.every=1000 --out "$work/run")
+      --set checkpoint.every=0 --set eval.every=0 --set logging.every=1000)
 
-"$normlab" train "${args[@]}" --set train.steps=100000 > "$work/train1.out" 2>&1 &
+"$normlab" train "${args[@]}" --out "$work/run" --set train.steps=100000 > "$work/train1.out" 2>&1 &
 pid=$!
 for _ in $(seq 1 300); do  # wait for a few steps (up to 60 s)
   [ -f "$work/run/metrics.jsonl" ] && [ "$(wc -l < "$work/run/metrics.jsonl")" -ge 3 ] && break
@@ -24,7 +24,7 @@ ckpt=$(ls -d "$work"/run/checkpoints/step-* | tail -1)
 steps=$(basename "$ckpt" | sed 's/step-0*//')
 echo "SIGTERM: exit 4 with checkpoint $(basename "$ckpt")"
 
-"$normlab" train "${args[@]}" --set train.steps=$((steps + 2)) --resume > "$work/train2.out" 2>&1 \
+"$normlab" train "${args[@]}" --out "$work/run" --set train.steps=$((steps + 2)) --resume > "$work/train2.out" 2>&1 \
   || { cat "$work/train2.out"; echo "FAIL: resume did not complete"; exit 1; }
 grep -q "resumed from .*step-0*$steps at step $steps" "$work/run/train.log" || { echo "FAIL: no resume in train.log"; exit 1; }
 grep -q '"status": "completed"' "$work/run/summary.json" || { echo "FAIL: resumed run did not complete"; exit 1; }
