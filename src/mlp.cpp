@@ -1,7 +1,5 @@
 #include "normlab/mlp.h"
 
-#include "normlab/fused.h"
-
 #include <torch/torch.h>
 
 namespace normlab {
@@ -12,7 +10,8 @@ MlpImpl::MlpImpl(int64_t d_model, int64_t d_ff, torch::Device device) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  return down(fused::swiglu(up(x)));
+  const std::vector<torch::Tensor> vg = up(x).chunk(2, /*dim=*/-1);
+  return down(torch::silu(vg[1]) * vg[0]);
 }
 
 void MlpImpl::pretty_print(std::ostream& stream) const {

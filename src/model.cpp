@@ -55,11 +55,12 @@ LossOutput DecoderLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor&
               " must match tokens ", tokens.sizes());
   LossOutput out;
   out.logits = forward(tokens, probe);
-  auto [ce, z] = fused::cross_entropy(out.logits.reshape({-1, config.vocab_size}), targets.reshape({-1}));
-  out.ce = ce;
+  const torch::Tensor flat = out.logits.reshape({-1, config.vocab_size});
+  const torch::Tensor logits32 = flat.scalar_type() == torch::kDouble ? flat : flat.to(torch::kFloat);
+  out.ce = torch::cross_entropy_loss(logits32, targets.reshape({-1}));
   out.loss = out.ce;
   if (z_loss > 0.0) {
-    out.z = z;
+    out.z = torch::logsumexp(logits32, /*dim=*/-1).pow(2).mean();
     out.loss = out.ce + z_loss * out.z;
   }
   return out;

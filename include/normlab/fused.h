@@ -4,15 +4,11 @@
 //   rope(x, cos, sin)   = x * cos + cat(-x2, x1) * sin      x (B, T, H, D), tables (T, D)
 //   linear(x, w)        = x w^T                             float32 GEMMs through oneDNN
 // Other devices and dtypes take the ATen ops (the CUDA kernels are the GPU performance work).
-// Measured effect on a training step: docs/performance-cpu.md.
-//   swiglu(u)           = silu(u[..., F:]) * u[..., :F]      one pass each way (vectorised exp)
-//   cross_entropy(x, t) = mean(lse - x[t]), mean(lse^2)       logits (M, V): no log-probabilities
-//                          or one-hot buffers, one pass each way
+// Measured effect on a training step: docs/performance-cpu.md, which also lists what was
+// tried and dropped (a one-pass SwiGLU and cross-entropy were no faster than ATen's).
 #pragma once
 
 #include <torch/types.h>
-
-#include <utility>
 
 namespace normlab::fused {
 
@@ -20,10 +16,7 @@ namespace normlab::fused {
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight);
-torch::Tensor swiglu(const torch::Tensor& u);
-/// (mean cross-entropy, mean logsumexp^2) of logits (M, V) against targets (M), in fp32 or
-/// fp64 (reduced-precision logits are upcast); the second term feeds the z-loss.
-std::pair<torch::Tensor, torch::Tensor> cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets);
+
 
 /// Whether linear() uses oneDNN in this build (LibTorch exports its matmul and has oneDNN).
 bool onednn_linear_available();
