@@ -49,8 +49,9 @@ Runner setup_train(CLI::App& sub) {
     Logger log("train", log_level_from_string(cfg.logging.level), (std::filesystem::path(out) / "train.log").string());
     // CPU tensors of a step are reallocated with the same sizes every step: reuse them
     // instead of returning them to the kernel (docs/training.md, "Speed").
-    static CpuCachingAllocator cpu_allocator;  // outlives every tensor of the run
-    cpu_allocator.install();
+    // Never destroyed: tensors freed during static destruction at exit still return to it.
+    static auto* cpu_allocator = new CpuCachingAllocator();
+    cpu_allocator->install();
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
     TrainOptions opts;
