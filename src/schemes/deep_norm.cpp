@@ -45,10 +45,7 @@ class DeepNormBlock : public SchemeBlockImpl {
 }  // namespace
 
 SchemeParts build_deep_norm(const ModelConfig& cfg, torch::nn::Module& owner, torch::Device device) {
-  auto make = [](const ModelConfig& c, int64_t l, torch::Device d) -> std::shared_ptr<SchemeBlockImpl> {
-    return std::make_shared<DeepNormBlock>(c, l, d);
-  };
-  return {make_blocks(cfg, device, make), enter_single, [](const Streams& s) { return s.x; }};
+  return {make_blocks(cfg, device, block_of<DeepNormBlock>), enter_single, [](const Streams& s) { return s.x; }};
 }
 
 }  // namespace normlab::schemes

@@ -32,10 +32,7 @@ class PeriNormBlock : public SchemeBlockImpl {
 
 SchemeParts build_peri_norm(const ModelConfig& cfg, torch::nn::Module& owner, torch::Device device) {
   Norm final_norm = add_norm(owner, "final_norm", cfg, device);
-  auto make = [](const ModelConfig& c, int64_t l, torch::Device d) -> std::shared_ptr<SchemeBlockImpl> {
-    return std::make_shared<PeriNormBlock>(c, l, d);
-  };
-  return {make_blocks(cfg, device, make), enter_single,
+  return {make_blocks(cfg, device, block_of<PeriNormBlock>), enter_single,
           [final_norm](const Streams& s) mutable { return final_norm(s.x); }};
 }
 

@@ -35,10 +35,7 @@ class ResiDualBlock : public SchemeBlockImpl {
 
 SchemeParts build_resi_dual(const ModelConfig& cfg, torch::nn::Module& owner, torch::Device device) {
   Norm final_norm_y = add_norm(owner, "final_norm_y", cfg, device);
-  auto make = [](const ModelConfig& c, int64_t l, torch::Device d) -> std::shared_ptr<SchemeBlockImpl> {
-    return std::make_shared<ResiDualBlock>(c, l, d);
-  };
-  return {make_blocks(cfg, device, make), enter_twin,
+  return {make_blocks(cfg, device, block_of<ResiDualBlock>), enter_twin,
           [final_norm_y](const Streams& s) mutable { return s.x + final_norm_y(s.y); }};
 }
 

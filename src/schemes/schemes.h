@@ -53,6 +53,12 @@ double siamese_depth_scale(const ModelConfig& cfg, int64_t layer);
 std::function<torch::Tensor(const Streams&)> siamese_exit(const ModelConfig& cfg, torch::nn::Module& owner,
                                                           torch::Device device);
 
+/// make_blocks' factory for a block class constructed as Block(cfg, layer, device).
+template <class Block>
+std::shared_ptr<SchemeBlockImpl> block_of(const ModelConfig& cfg, int64_t layer, torch::Device device) {
+  return std::make_shared<Block>(cfg, layer, device);
+}
+
 /// Builds n_layers blocks with make(cfg, layer, device).
 template <class Make>
 std::vector<std::shared_ptr<SchemeBlockImpl>> make_blocks(const ModelConfig& cfg, torch::Device device, Make make) {

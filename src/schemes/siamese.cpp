@@ -67,10 +67,7 @@ std::function<torch::Tensor(const Streams&)> siamese_exit(const ModelConfig& cfg
 
 SchemeParts build_siamese(const ModelConfig& cfg, torch::nn::Module& owner, torch::Device device) {
   auto exit = siamese_exit(cfg, owner, device);
-  auto make = [](const ModelConfig& c, int64_t l, torch::Device d) -> std::shared_ptr<SchemeBlockImpl> {
-    return std::make_shared<SiameseBlock>(c, l, d);
-  };
-  return {make_blocks(cfg, device, make), enter_twin, exit};
+  return {make_blocks(cfg, device, block_of<SiameseBlock>), enter_twin, exit};
 }
 
 }  // namespace normlab::schemes

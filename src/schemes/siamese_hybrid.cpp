@@ -53,10 +53,7 @@ class SiameseHybridBlock : public SchemeBlockImpl {
 
 SchemeParts build_siamese_hybrid(const ModelConfig& cfg, torch::nn::Module& owner, torch::Device device) {
   auto exit = siamese_exit(cfg, owner, device);
-  auto make = [](const ModelConfig& c, int64_t l, torch::Device d) -> std::shared_ptr<SchemeBlockImpl> {
-    return std::make_shared<SiameseHybridBlock>(c, l, d);
-  };
-  return {make_blocks(cfg, device, make), enter_twin, exit};
+  return {make_blocks(cfg, device, block_of<SiameseHybridBlock>), enter_twin, exit};
 }
 
 }  // namespace normlab::schemes
