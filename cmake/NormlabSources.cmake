@@ -38,6 +38,8 @@ set(NORMLAB_SOURCES
   schemes/siamese.cpp
   schemes/siamese_hybrid.cpp
   stability.cpp
+  sweep.cpp
+  sweep_report.cpp
   text_input.cpp
   tokenizer.cpp
   trainer.cpp

@@ -506,4 +506,102 @@ std::string config_reference_markdown() {
   return out;
 }
 
+SweepSpec sweep_load(const std::string& path) {
+  if (!std::filesystem::is_regular_file(path)) throw ConfigError(path + ": sweep file not found");
+  YAML::Node doc;
+  try {
+    doc = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(path + ": invalid YAML: " + e.what());
+  }
+  if (!doc.IsMap()) throw ConfigError(path + ": expected a map of sweep keys at the top level");
+  static const std::vector<std::string> keys = {"config", "scheme", "lr", "seed", "set", "jobs", "gpus_per_run"};
+  auto fail = [&](const std::string& key, const std::string& msg) -> void { throw ConfigError(path + ": " + key + ": " + msg); };
+  // A list of scalars, from a YAML list or comma-separated text.
+  auto items = [&](const std::string& key) {
+    std::vector<std::string> out;
+    const YAML::Node n = doc[key];
+    if (n.IsSequence()) {
+      for (const auto& e : n) {
+        if (!e.IsScalar()) fail(key, "expected a list of values, got " + scalar_text(e) + " in it");
+        out.push_back(e.Scalar());
+      }
+    } else if (n.IsScalar()) {
+      std::stringstream ss(n.Scalar());
+      for (std::string p; std::getline(ss, p, ',');) out.push_back(p);
+    } else {
+      fail(key, "expected a list or comma-separated text, got " + scalar_text(n));
+    }
+    if (out.empty()) fail(key, "empty list");
+    return out;
+  };
+  SweepSpec spec;
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    const std::string k = it->first.Scalar();
+    if (std::find(keys.begin(), keys.end(), k) != keys.end()) continue;
+    std::string best;
+    size_t best_d = 3;
+    for (const auto& valid : keys)
+      if (const size_t d = edit_distance(k, valid); d < best_d) best_d = d, best = valid;
+    std::string valid_list;
+    for (const auto& v : keys) valid_list += (valid_list.empty() ? "" : ", ") + v;
+    fail(k, best.empty() ? "unknown key (valid keys: " + valid_list + ")" : "unknown key (did you mean '" + best + "'?)");
+  }
+  if (!doc["config"] || !doc["config"].IsScalar() || doc["config"].Scalar().empty())
+    fail("config", "required: the base run config, relative to this file");
+  spec.config = (std::filesystem::path(path).parent_path() / doc["config"].Scalar()).lexically_normal().string();
+  if (doc["scheme"])
+    for (const auto& name : items("scheme")) {
+      Scheme s{};
+      const std::string err = parse_scalar(YAML::Node(name), s);
+      if (!err.empty()) fail("scheme", err);
+      spec.schemes.push_back(s);
+    }
+  if (doc["lr"]) {
+    std::string text;
+    if (doc["lr"].IsScalar()) text = doc["lr"].Scalar();
+    else
+      for (const auto& v : items("lr")) text += (text.empty() ? "" : ",") + v;
+    try {
+      spec.lrs = parse_lr_list(text);
+    } catch (const std::invalid_argument& e) {
+      fail("lr", e.what());
+    }
+  }
+  if (doc["seed"])
+    for (const auto& v : items("seed")) {
+      uint64_t seed = 0;
+      const std::string err = parse_scalar(YAML::Node(v), seed);
+      if (!err.empty()) fail("seed", err);
+      spec.seeds.push_back(seed);
+    }
+  if (const YAML::Node n = doc["set"]) {
+    if (n.IsMap()) {
+      for (auto it = n.begin(); it != n.end(); ++it) {
+        if (!it->second.IsScalar()) fail("set." + it->first.Scalar(), "expected a value, got " + scalar_text(it->second));
+        spec.overrides.push_back(it->first.Scalar() + "=" + it->second.Scalar());
+      }
+    } else if (n.IsSequence()) {
+      for (const auto& e : n) {
+        if (!e.IsScalar() || e.Scalar().find('=') == std::string::npos)
+          fail("set", "expected section.key=value, got " + scalar_text(e));
+        spec.overrides.push_back(e.Scalar());
+      }
+    } else {
+      fail("set", "expected a map of section.key: value or a list of section.key=value");
+    }
+  }
+  auto count = [&](const char* key, int& field) {
+    if (!doc[key]) return;
+    int64_t v = 0;
+    const std::string err = parse_scalar(doc[key], v);
+    if (!err.empty()) fail(key, err);
+    if (v < 0 || v > 4096) fail(key, "expected 0 or more (0: automatic), got " + std::to_string(v));
+    field = static_cast<int>(v);
+  };
+  count("jobs", spec.jobs);
+  count("gpus_per_run", spec.gpus_per_run);
+  return spec;
+}
+
 }  // namespace normlab

@@ -1,6 +1,7 @@
 #include "normlab/file_io.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -116,6 +117,30 @@ void write_file_atomic(const std::string& path, const std::function<void(FileWri
 std::string read_file(const std::string& path) {
   MappedFile f(path);
   return std::string(f.data() ? f.data() : "", f.size());
+}
+
+FileLock::FileLock(const std::string& path, const std::string& what) {
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw FileError(path + ": cannot open lock file: " + std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    if (err == EWOULDBLOCK) throw FileError(path + ": in use by another process (" + what + ")");
+    throw FileError(path + ": cannot lock: " + std::strerror(err));
+  }
+}
+
+FileLock::~FileLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing the last descriptor releases the flock
+}
+
+bool FileLock::busy(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;  // no lock file: nobody holds it
+  const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);
+  return held;
 }
 
 }  // namespace normlab

@@ -92,6 +92,9 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
   // ---- run folder ----------------------------------------------------------------------------
   if (o.run_dir.empty()) throw std::invalid_argument("train: no run folder (--out)");
   fs::create_directories(o.run_dir);
+  // One process per run folder: a second `normlab train` on it (or a sweep relaunching a point
+  // whose killed predecessor is still exiting) stops here instead of interleaving writes.
+  const FileLock lock((fs::path(o.run_dir) / ".lock").string(), "a normlab train runs there");
   const auto latest = checkpoint_latest(o.run_dir);
   if (latest && !o.resume)
     throw std::invalid_argument(o.run_dir + " already holds checkpoints (newest " + fs::path(*latest).filename().string() +

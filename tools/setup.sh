@@ -60,12 +60,12 @@ try: print(m.version("torch"))
 except Exception: pass
 PY
 )
-  if [ "${have%%+*}" != "$TORCH_VERSION" ] || ! "$py" -c "import numpy, safetensors, sentencepiece" 2>/dev/null; then
+  if [ "${have%%+*}" != "$TORCH_VERSION" ] || ! "$py" -c "import numpy, safetensors, sentencepiece, matplotlib" 2>/dev/null; then
     echo "setup: creating $venv with torch==$TORCH_VERSION (about 3.6 GB of wheels)"
     start=$(date +%s)
     [ -x "$py" ] || python3 -m venv "$venv"
     "$py" -m pip install -q --disable-pip-version-check \
-      "torch==$TORCH_VERSION" numpy safetensors sentencepiece
+      "torch==$TORCH_VERSION" numpy safetensors sentencepiece matplotlib
     echo "setup: venv ready in $(( $(date +%s) - start )) s"
   fi
 fi

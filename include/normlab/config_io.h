@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "normlab/config.h"
+#include "normlab/sweep.h"
 
 namespace normlab {
 
@@ -24,6 +25,11 @@ class ConfigError : public std::runtime_error {
 
 /// Loads `path` (may be empty: defaults only), applies `overrides`, validates.
 RunConfig config_load(const std::string& path, const std::vector<std::string>& overrides = {});
+
+/// A sweep file (configs/sweeps/): keys config (relative to the file), scheme, lr, seed (YAML
+/// lists or comma-separated text; lr also FIRST:LAST:COUNT), set (a list of "section.key=value"
+/// or a map of them), jobs, gpus_per_run. Errors name the file and the key.
+SweepSpec sweep_load(const std::string& path);
 
 /// The resolved configuration as YAML (every key); config_load of it gives the same config.
 std::string config_to_yaml(const RunConfig& cfg);

@@ -63,4 +63,21 @@ std::string read_file(const std::string& path);
 /// fsyncs a directory so that a rename inside it is durable.
 void fsync_directory(const std::string& dir);
 
+/// An exclusive advisory lock (flock) on `path`, created if missing, held until destruction.
+/// The kernel drops it when the process dies, so a killed holder never leaves it stuck.
+class FileLock {
+ public:
+  /// Throws FileError "<path>: in use by another process (<what>)" when someone holds it.
+  FileLock(const std::string& path, const std::string& what);
+  ~FileLock();
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+  /// True when another process holds the lock on `path` now.
+  static bool busy(const std::string& path);
+
+ private:
+  int fd_ = -1;
+};
+
 }  // namespace normlab

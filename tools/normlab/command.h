@@ -21,6 +21,7 @@ Runner setup_config(CLI::App& sub);
 Runner setup_data(CLI::App& sub);
 Runner setup_export(CLI::App& sub);
 Runner setup_info(CLI::App& sub);
+Runner setup_sweep(CLI::App& sub);
 Runner setup_tokenizer(CLI::App& sub);
 Runner setup_train(CLI::App& sub);
 Runner setup_version(CLI::App& sub);

@@ -1,0 +1,86 @@
+// Learning-rate sweeps: a grid of schemes x learning rates x seeds over one base config, each
+// point a child `normlab train` in its own run folder.
+//
+// SWEEP_DIR holds sweep.json (the grid and the settings it was started with), sweep.lock
+// (held while a sweep runs there), runs/<point>/ (a normal run folder plus console.log, the
+// child's stdout and stderr) and the reports (sweep_report.h). All state is on disk: running
+// the same sweep again skips points whose run completed or diverged, resumes interrupted or
+// crashed ones from their newest checkpoint, and starts the rest.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "normlab/config.h"
+
+namespace normlab {
+
+/// A sweep as the user states it (CLI flags or a configs/sweeps/ file). Empty axes take the
+/// base config's value.
+struct SweepSpec {
+  std::string config;                  // base run config (YAML)
+  std::vector<std::string> overrides;  // section.key=value for every point, before the grid's keys
+  std::vector<Scheme> schemes;
+  std::vector<double> lrs;
+  std::vector<uint64_t> seeds;
+  int jobs = 0;          // concurrent runs; 0 = 1 on CPU, one per GPU slot on GPUs
+  int gpus_per_run = 0;  // 0 = CPU runs (or 1 when CUDA devices exist); K = K devices per run
+};
+
+/// Learning rates from "4e-4,1e-3,2e-3" or the log-spaced range "1e-4:1e-2:5" (5 values from
+/// 1e-4 to 1e-2, each rounded to 3 significant digits). Throws std::invalid_argument.
+std::vector<double> parse_lr_list(const std::string& text);
+
+/// "3.16e-3": the short form used in point names and table headers (3 significant digits).
+std::string lr_label(double lr);
+
+struct SweepPoint {
+  Scheme scheme;
+  double lr;
+  uint64_t seed;
+  std::string name;                    // "siamese_hybrid-lr1e-3-s0": the folder under runs/
+  std::vector<std::string> overrides;  // spec overrides + model.scheme, optimizer.lr, train.seed
+};
+
+/// The grid in scheme-major order; each point's config is validated (config_load) so that a
+/// bad spec fails before anything runs. Throws ConfigError / std::invalid_argument.
+std::vector<SweepPoint> sweep_points(const SweepSpec& spec);
+
+/// Splits the visible devices into disjoint sets of `per_run` ("0,1,2,3", 2 -> {"0,1", "2,3"}).
+std::vector<std::string> gpu_slots(const std::vector<std::string>& devices, int per_run);
+
+/// How a point stands on disk, from its run folder.
+enum class PointState { Pending, Completed, Diverged, Interrupted, Crashed };
+
+// clang-format off
+template <> struct EnumNames<PointState> {
+  static constexpr NameRow<PointState> rows[] = {
+    {PointState::Pending, "pending"}, {PointState::Completed, "completed"}, {PointState::Diverged, "diverged"},
+    {PointState::Interrupted, "interrupted"}, {PointState::Crashed, "crashed"}};
+};
+// clang-format on
+
+/// Completed or diverged (summary.json says so), interrupted (summary.json says so, or a
+/// checkpoint without a summary), crashed (the sweep recorded a failed child in
+/// sweep_status.json and no later summary exists), else pending.
+PointState point_state(const std::string& run_dir);
+
+struct SweepOptions {
+  std::string out;                          // SWEEP_DIR
+  std::string normlab;                      // the normlab executable the children run
+  const std::atomic<int>* stop = nullptr;   // 1: stop children (SIGTERM) and launch no more; 2: kill them
+  std::function<void(const std::string&)> say;  // progress lines (may be empty)
+};
+
+struct SweepOutcome {
+  int completed = 0, diverged = 0, crashed = 0, interrupted = 0, skipped = 0;
+};
+
+/// Runs every point not yet finished, `jobs` at a time, then writes the reports. Throws when
+/// SWEEP_DIR holds a different sweep or another sweep is running in it.
+SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options);
+
+}  // namespace normlab

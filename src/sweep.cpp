@@ -1,0 +1,432 @@
+// The sweep runner: the grid, the state of each point on disk, and a small process scheduler
+// that runs `normlab train` children (fork + execve) `jobs` at a time.
+#include "normlab/sweep.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "normlab/checkpoint.h"
+#include "normlab/config_io.h"
+#include "normlab/device.h"
+#include "normlab/file_io.h"
+#include "normlab/sweep_report.h"
+#include "normlab/trainer.h"
+
+extern char** environ;
+
+namespace normlab {
+namespace fs = std::filesystem;
+namespace {
+
+// The shortest decimal text that reads back as exactly `v` (the child's --set value).
+std::string exact_text(double v) {
+  char buf[40];
+  for (int p = 1; p <= 17; ++p) {
+    std::snprintf(buf, sizeof buf, "%.*g", p, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+double round_significant(double v, int digits) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
+  return std::strtod(buf, nullptr);
+}
+
+double parse_lr(const std::string& s, const std::string& whole) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v) || v <= 0)
+    throw std::invalid_argument("learning rates '" + whole + "': '" + s + "' is not a positive number");
+  return v;
+}
+
+std::string crash_file(const std::string& run_dir) { return (fs::path(run_dir) / "sweep_status.json").string(); }
+
+// A child's command line and environment, built before fork (nothing allocates after it).
+struct Launch {
+  std::vector<std::string> argv, envp;
+  std::string console;  // stdout + stderr, appended
+};
+
+pid_t spawn(const Launch& l) {
+  std::vector<char*> argv, envp;
+  for (const auto& a : l.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : l.envp) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(std::string("sweep: fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    // Own process group: the terminal's Ctrl-C reaches the sweep only, which then stops each
+    // child exactly once. Dies with the sweep (kill -9 of the sweep kills its children; their
+    // checkpoints are atomic, so the next sweep resumes them).
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(125);
+    const int fd = ::open(l.console.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd < 0) ::_exit(126);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::close(fd);
+    ::execve(argv[0], argv.data(), envp.data());
+    const char msg[] = "normlab sweep: cannot execute the normlab binary\n";
+    [[maybe_unused]] const ssize_t n = ::write(2, msg, sizeof msg - 1);
+    ::_exit(127);
+  }
+  return pid;
+}
+
+std::vector<std::string> environment_with(const std::map<std::string, std::string>& set) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e;
+    const std::string key = kv.substr(0, kv.find('='));
+    if (!set.count(key)) env.push_back(kv);
+  }
+  for (const auto& [k, v] : set) env.push_back(k + "=" + v);
+  return env;
+}
+
+std::string now_text() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+  return buf;
+}
+
+// sweep.json: what this folder sweeps. A second sweep with another base config or other
+// overrides in the same folder would mix incomparable runs, so it is refused.
+void check_or_write_manifest(const SweepSpec& spec, const std::vector<SweepPoint>& points, const std::string& out) {
+  const std::string path = (fs::path(out) / "sweep.json").string();
+  const std::string config = fs::weakly_canonical(spec.config).string();
+  if (fs::exists(path)) {
+    nlohmann::json old;
+    try {
+      old = nlohmann::json::parse(read_file(path));
+    } catch (const nlohmann::json::exception& e) {
+      throw std::invalid_argument(path + ": unreadable sweep manifest (" + e.what() + ")");
+    }
+    const auto old_config = old.value("config", std::string());
+    const auto old_overrides = old.value("overrides", std::vector<std::string>());
+    if (old_config != config || old_overrides != spec.overrides) {
+      std::string had;
+      for (const auto& o : old_overrides) had += " --set " + o;
+      throw std::invalid_argument(out + " holds a sweep of " + old_config + (had.empty() ? "" : " with" + had) +
+                                  "; this one differs (config or --set): choose another --out");
+    }
+  }
+  nlohmann::json j = {{"format", "normlab-sweep"}, {"version", 1}, {"config", config}, {"overrides", spec.overrides}};
+  for (const auto& p : points)
+    j["points"].push_back({{"name", p.name}, {"scheme", std::string(enum_name(p.scheme))}, {"lr", p.lr}, {"seed", p.seed}});
+  const std::string text = j.dump(2) + "\n";
+  write_file_atomic(path, [&](FileWriter& w) { w.write(text); });
+}
+
+}  // namespace
+
+std::vector<double> parse_lr_list(const std::string& text) {
+  std::vector<double> out;
+  if (text.find(':') != std::string::npos) {
+    std::vector<std::string> parts;
+    std::stringstream ss(text);
+    for (std::string p; std::getline(ss, p, ':');) parts.push_back(p);
+    if (parts.size() != 3)
+      throw std::invalid_argument("learning rates '" + text + "': a range is FIRST:LAST:COUNT, e.g. 1e-4:1e-2:5");
+    const double a = parse_lr(parts[0], text), b = parse_lr(parts[1], text);
+    int n = 0;
+    try {
+      size_t used = 0;
+      n = std::stoi(parts[2], &used);
+      if (used != parts[2].size()) n = 0;
+    } catch (const std::exception&) {
+      n = 0;
+    }
+    if (n < 2 || n > 100)
+      throw std::invalid_argument("learning rates '" + text + "': COUNT must be an integer from 2 to 100");
+    if (!(b > a)) throw std::invalid_argument("learning rates '" + text + "': LAST must be above FIRST");
+    for (int i = 0; i < n; ++i) out.push_back(round_significant(a * std::pow(b / a, double(i) / double(n - 1)), 3));
+  } else {
+    std::stringstream ss(text);
+    for (std::string p; std::getline(ss, p, ',');) out.push_back(parse_lr(p, text));
+    if (out.empty()) throw std::invalid_argument("learning rates: empty list");
+  }
+  std::set<std::string> labels;
+  for (double lr : out)
+    if (!labels.insert(lr_label(lr)).second)
+      throw std::invalid_argument("learning rates '" + text + "': " + lr_label(lr) +
+                                  " appears twice (at 3 significant digits)");
+  return out;
+}
+
+std::string lr_label(double lr) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.2e", lr);  // "3.16e-03"
+  std::string mant = buf, exp;
+  const auto e = mant.find('e');
+  exp = mant.substr(e + 1);
+  mant = mant.substr(0, e);
+  while (mant.find('.') != std::string::npos && (mant.back() == '0' || mant.back() == '.')) {
+    const bool dot = mant.back() == '.';
+    mant.pop_back();
+    if (dot) break;
+  }
+  const bool neg = exp[0] == '-';
+  std::string digits = exp.substr(1);
+  while (digits.size() > 1 && digits[0] == '0') digits.erase(0, 1);
+  return mant + "e" + (neg ? "-" : "") + digits;
+}
+
+std::vector<SweepPoint> sweep_points(const SweepSpec& spec) {
+  if (spec.config.empty()) throw std::invalid_argument("sweep: no base config (--config)");
+  const RunConfig base = config_load(spec.config, spec.overrides);
+  const std::vector<Scheme> schemes = spec.schemes.empty() ? std::vector<Scheme>{base.model.scheme} : spec.schemes;
+  const std::vector<double> lrs = spec.lrs.empty() ? std::vector<double>{base.optimizer.lr} : spec.lrs;
+  const std::vector<uint64_t> seeds = spec.seeds.empty() ? std::vector<uint64_t>{base.train.seed} : spec.seeds;
+  auto no_repeats = [](const auto& v, const std::string& what, auto show) {
+    for (size_t i = 0; i < v.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (v[i] == v[j]) throw std::invalid_argument("sweep: " + what + " " + show(v[i]) + " listed twice");
+  };
+  no_repeats(schemes, "scheme", [](Scheme s) { return std::string(enum_name(s)); });
+  no_repeats(seeds, "seed", [](uint64_t s) { return std::to_string(s); });
+  if (spec.jobs < 0) throw std::invalid_argument("sweep: --jobs must be 0 (automatic) or more");
+  if (spec.gpus_per_run < 0) throw std::invalid_argument("sweep: --gpus-per-run must be 0 or more");
+
+  std::vector<SweepPoint> points;
+  for (Scheme s : schemes)
+    for (double lr : lrs)
+      for (uint64_t seed : seeds) {
+        SweepPoint p{s, lr, seed, std::string(enum_name(s)) + "-lr" + lr_label(lr) + "-s" + std::to_string(seed), spec.overrides};
+        p.overrides.push_back("model.scheme=" + std::string(enum_name(s)));
+        p.overrides.push_back("optimizer.lr=" + exact_text(lr));
+        p.overrides.push_back("train.seed=" + std::to_string(seed));
+        try {
+          config_load(spec.config, p.overrides);
+        } catch (const std::exception& e) {
+          throw std::invalid_argument("sweep point " + p.name + ": " + e.what());
+        }
+        points.push_back(std::move(p));
+      }
+  return points;
+}
+
+std::vector<std::string> gpu_slots(const std::vector<std::string>& devices, int per_run) {
+  if (per_run < 1) throw std::invalid_argument("gpu_slots: per_run must be at least 1");
+  std::vector<std::string> slots;
+  for (size_t i = 0; i + static_cast<size_t>(per_run) <= devices.size(); i += static_cast<size_t>(per_run)) {
+    std::string s;
+    for (int k = 0; k < per_run; ++k) s += (k ? "," : "") + devices[i + static_cast<size_t>(k)];
+    slots.push_back(s);
+  }
+  return slots;
+}
+
+PointState point_state(const std::string& run_dir) {
+  if (fs::exists(crash_file(run_dir))) return PointState::Crashed;
+  const fs::path summary = fs::path(run_dir) / "summary.json";
+  if (fs::exists(summary)) {
+    try {
+      const auto status = nlohmann::json::parse(read_file(summary.string())).value("status", std::string());
+      if (status == "completed") return PointState::Completed;
+      if (status == "diverged") return PointState::Diverged;
+      if (status == "interrupted") return PointState::Interrupted;
+    } catch (const std::exception&) {
+      // unreadable: fall through to the checkpoints
+    }
+  }
+  if (fs::is_directory(run_dir) && checkpoint_latest(run_dir)) return PointState::Interrupted;
+  return PointState::Pending;
+}
+
+SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& o) {
+  auto say = [&](const std::string& s) {
+    if (o.say) o.say(s);
+  };
+  if (o.out.empty()) throw std::invalid_argument("sweep: no output folder (--out)");
+  const std::vector<SweepPoint> points = sweep_points(spec);  // validates everything first
+
+  // Where the children compute.
+  const RunConfig base = config_load(spec.config, spec.overrides);
+  const bool gpu = base.train.device != "cpu" && (base.train.device != "auto" || cuda_available());
+  std::vector<std::string> slots;  // CUDA_VISIBLE_DEVICES of each concurrent run (GPU)
+  int jobs = spec.jobs;
+  if (gpu) {
+    const int per_run = spec.gpus_per_run > 0 ? spec.gpus_per_run : 1;
+    if (per_run > 1)
+      throw std::invalid_argument("sweep: --gpus-per-run " + std::to_string(per_run) +
+                                  ": multi-GPU runs need the distributed trainer, which this build does not have yet; "
+                                  "use --gpus-per-run 1");
+    std::vector<std::string> devices;
+    if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v && *v) {
+      std::stringstream ss(v);
+      for (std::string d; std::getline(ss, d, ',');) devices.push_back(d);
+    } else {
+      for (const auto& d : cuda_devices()) devices.push_back(std::to_string(d.index));
+    }
+    slots = gpu_slots(devices, per_run);
+    if (slots.empty())
+      throw std::invalid_argument("sweep: " + std::to_string(devices.size()) + " visible CUDA device(s), " +
+                                  std::to_string(per_run) + " needed per run");
+    if (jobs == 0 || jobs > static_cast<int>(slots.size())) jobs = static_cast<int>(slots.size());
+  } else {
+    if (spec.gpus_per_run > 0)
+      throw std::invalid_argument("sweep: --gpus-per-run " + std::to_string(spec.gpus_per_run) +
+                                  " but the runs are on the CPU (train.device " + base.train.device +
+                                  (cuda_available() ? ")" : ", no CUDA device)"));
+    if (jobs == 0) jobs = 1;
+  }
+  std::map<std::string, std::string> env;
+  if (!gpu && jobs > 1 && !std::getenv("OMP_NUM_THREADS")) {
+    // Share the cores between the concurrent runs instead of oversubscribing them.
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    env["OMP_NUM_THREADS"] = std::to_string(std::max(1u, cores / static_cast<unsigned>(jobs)));
+  }
+
+  fs::create_directories(fs::path(o.out) / "runs");
+  const FileLock lock((fs::path(o.out) / "sweep.lock").string(), "a normlab sweep runs there");
+  check_or_write_manifest(spec, points, o.out);
+
+  SweepOutcome outcome;
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < points.size(); ++i) {
+    const PointState st = point_state((fs::path(o.out) / "runs" / points[i].name).string());
+    if (st == PointState::Completed || st == PointState::Diverged) {
+      ++outcome.skipped;
+      continue;
+    }
+    todo.push_back(i);
+  }
+  say("sweep: " + std::to_string(points.size()) + " runs (" + std::to_string(outcome.skipped) + " finished before, " +
+      std::to_string(todo.size()) + " to run), " + std::to_string(jobs) + " at a time" +
+      (gpu ? " on GPUs" : env.count("OMP_NUM_THREADS") ? ", " + env["OMP_NUM_THREADS"] + " threads each" : ""));
+  write_sweep_reports(o.out, points);
+
+  struct Child {
+    pid_t pid;
+    size_t point;
+    size_t slot;
+    std::chrono::steady_clock::time_point start;
+  };
+  std::vector<Child> running;
+  std::vector<bool> slot_busy(gpu ? slots.size() : static_cast<size_t>(jobs), false);
+  size_t next = 0, done = 0;
+  int signalled = 0;  // the stop level already passed on to the children
+
+  auto launch = [&](size_t idx) {
+    const SweepPoint& p = points[idx];
+    const std::string dir = (fs::path(o.out) / "runs" / p.name).string();
+    fs::create_directories(dir);
+    fs::remove(crash_file(dir));
+    const PointState before = point_state(dir);
+    Launch l;
+    l.argv = {o.normlab, "train", "--config", spec.config};
+    for (const auto& s : p.overrides) l.argv.insert(l.argv.end(), {"--set", s});
+    l.argv.insert(l.argv.end(), {"--out", dir, "--resume"});
+    size_t slot = 0;
+    while (slot_busy[slot]) ++slot;
+    std::map<std::string, std::string> child_env = env;
+    if (gpu) child_env["CUDA_VISIBLE_DEVICES"] = slots[slot];
+    l.envp = environment_with(child_env);
+    l.console = (fs::path(dir) / "console.log").string();
+    {
+      std::string cmd;
+      for (const auto& a : l.argv) cmd += (cmd.empty() ? "" : " ") + a;
+      FILE* f = std::fopen(l.console.c_str(), "a");
+      if (!f) throw FileError(l.console + ": cannot open: " + std::strerror(errno));
+      std::fprintf(f, "==== %s normlab sweep: %s%s\n", now_text().c_str(),
+                   gpu ? ("CUDA_VISIBLE_DEVICES=" + slots[slot] + " ").c_str() : "", cmd.c_str());
+      std::fclose(f);
+    }
+    running.push_back({spawn(l), idx, slot, std::chrono::steady_clock::now()});
+    slot_busy[slot] = true;
+    say(std::string(before == PointState::Pending ? "start  " : "resume ") + p.name +
+        (gpu ? " on GPU " + slots[slot] : "") + " (log: " + l.console + ")");
+  };
+
+  auto finish = [&](const Child& c, int wstatus) {
+    const SweepPoint& p = points[c.point];
+    const std::string dir = (fs::path(o.out) / "runs" / p.name).string();
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - c.start).count();
+    const int code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+    std::string what;
+    if (code == exit_code(RunStatus::Completed) || code == exit_code(RunStatus::Diverged) ||
+        code == exit_code(RunStatus::Interrupted)) {
+      const PointState st = point_state(dir);
+      what = std::string(enum_name(st));
+      if (st == PointState::Completed) ++outcome.completed;
+      else if (st == PointState::Diverged) ++outcome.diverged;
+      else ++outcome.interrupted;
+      const PointResult r = read_point_result(dir, p);
+      if (r.val_perplexity) what += ", val ppl " + format_number(*r.val_perplexity, 2);
+      if (r.diverged_at) what += " at step " + std::to_string(*r.diverged_at);
+    } else {
+      nlohmann::json j = {{"state", "crashed"}, {"exit_code", code}};
+      if (WIFSIGNALED(wstatus)) j["signal"] = WTERMSIG(wstatus);
+      const std::string text = j.dump() + "\n";
+      write_file_atomic(crash_file(dir), [&](FileWriter& w) { w.write(text); });
+      what = WIFSIGNALED(wstatus) ? "crashed (signal " + std::to_string(WTERMSIG(wstatus)) + ")"
+                                  : "crashed (exit " + std::to_string(code) + "; see " + dir + "/console.log)";
+      ++outcome.crashed;
+    }
+    ++done;
+    say("[" + std::to_string(done) + "/" + std::to_string(todo.size()) + "] " + p.name + ": " + what + " (" +
+        format_number(secs, 0) + " s)");
+    write_sweep_reports(o.out, points);
+  };
+
+  while (true) {
+    const int stop = o.stop ? o.stop->load() : 0;
+    if (stop > signalled) {
+      for (const Child& c : running) ::kill(c.pid, stop >= 2 ? SIGKILL : SIGTERM);
+      if (signalled == 0 && !running.empty())
+        say("sweep: stopping " + std::to_string(running.size()) + " run(s); each saves a checkpoint");
+      signalled = stop;
+    }
+    while (stop == 0 && next < todo.size() && static_cast<int>(running.size()) < jobs) {
+      const std::string dir = (fs::path(o.out) / "runs" / points[todo[next]].name).string();
+      if (FileLock::busy((fs::path(dir) / ".lock").string())) break;  // a killed earlier child still exiting
+      launch(todo[next++]);
+    }
+    if (running.empty() && (stop != 0 || next >= todo.size())) break;
+
+    int wstatus = 0;
+    const pid_t pid = ::waitpid(-1, &wstatus, WNOHANG);
+    if (pid > 0) {
+      for (size_t i = 0; i < running.size(); ++i)
+        if (running[i].pid == pid) {
+          const Child c = running[i];
+          running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+          slot_busy[c.slot] = false;
+          finish(c, wstatus);
+          break;
+        }
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  outcome.interrupted += static_cast<int>(todo.size() - next);  // never launched
+  write_sweep_reports(o.out, points);
+  return outcome;
+}
+
+}  // namespace normlab

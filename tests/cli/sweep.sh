@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# `normlab sweep` as a user runs it, on the built-in corpus fixture (CTest label slow):
+#   1. a mini sweep (2 schemes x 2 learning rates) gives the paper-style table, with the huge
+#      learning rate as "diverged @ step" and the best learning rate in bold;
+#   2. a crashed run does not stop the sweep (exit 5) and is retried by the next invocation;
+#   3. kill -9 of the sweep mid-way takes its children with it; the same command again skips
+#      the finished runs, resumes the interrupted one from its checkpoint and finishes;
+#   4. SIGINT (Ctrl-C) stops the running child with a checkpoint (exit 4); re-running finishes;
+#   5. malformed sweep specs are rejected before anything runs.
+# Usage: sweep.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
+set -euo pipefail
+normlab=$1 src=$2 kjv=$3 python=$4 work=$5
+rm -rf "$work" && mkdir -p "$work"
+export NORMLAB_PYTHON=$python
+base=(--config "$src/configs/tiny/lm.yaml" --set "data.train=$kjv/shards" --set "data.tokenizer=$kjv/tokenizer.model"
+      --set logging.every=1000)
+fail() { echo "FAIL: $*"; exit 1; }
+
+# ---- 1. the table -------------------------------------------------------------------------------
+"$normlab" sweep "${base[@]}" --scheme pre_norm,siamese_hybrid --lr 3e-3,1e3 --set train.steps=20 \
+  --set optimizer.grad_clip=0 --set scheduler.warmup_steps=0 --jobs 2 --out "$work/mini" > "$work/mini.out" 2>&1 \
+  || { cat "$work/mini.out"; fail "mini sweep exit code $?"; }
+md=$work/mini/summary.md
+grep -Eq '^\| scheme \| 3e-3 \| 1e3 \|$' "$md" || { cat "$md"; fail "table header"; }
+for s in pre_norm siamese_hybrid; do
+  grep -Eq "^\| $s \| \*\*[0-9]+\.[0-9]{2}\*\* \| diverged @ [0-9]+ \|$" "$md" || { cat "$md"; fail "row of $s"; }
+  [ -s "$work/mini/runs/$s-lr3e-3-s0/console.log" ] || fail "no console.log for $s"
+done
+[ "$(wc -l < "$work/mini/summary.csv")" -eq 5 ] || fail "summary.csv should have a header and 4 rows"
+"$python" - "$work/mini/summary.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+st = sorted((r["scheme"], r["lr"], r["status"]) for r in j["runs"])
+assert st == [("pre_norm", 0.003, "completed"), ("pre_norm", 1000.0, "diverged"),
+              ("siamese_hybrid", 0.003, "completed"), ("siamese_hybrid", 1000.0, "diverged")], st
+assert j["best_lr"] == {"pre_norm": 0.003, "siamese_hybrid": 0.003}, j["best_lr"]
+PY
+if "$python" -c "import matplotlib" 2>/dev/null; then
+  [ -s "$work/mini/loss_curves.png" ] && [ -s "$work/mini/ppl_vs_lr.png" ] || fail "plots missing"
+  echo "table: ok; plots: ok"
+else
+  echo "table: ok; plots: skipped (no matplotlib)"
+fi
+
+# ---- 2. a crashed run -----------------------------------------------------------------------------
+crash=(sweep "${base[@]}" --scheme pre_norm --lr 1e-3,2e-3 --set train.steps=5 --no-plots --out "$work/crash")
+mkdir -p "$work/crash/runs/pre_norm-lr2e-3-s0/config.yaml"   # a folder where the run writes a file
+rc=0; "$normlab" "${crash[@]}" > "$work/crash1.out" 2>&1 || rc=$?
+[ "$rc" -eq 5 ] || { cat "$work/crash1.out"; fail "exit code $rc with a crashed run, expected 5"; }
+grep -q '| pre_norm | .* | crashed (exit 1) |' "$work/crash/summary.md" || { cat "$work/crash/summary.md"; fail "crash cell"; }
+grep -q '"status": "completed"' "$work/crash/runs/pre_norm-lr1e-3-s0/summary.json" || fail "the other run did not complete"
+rmdir "$work/crash/runs/pre_norm-lr2e-3-s0/config.yaml"
+"$normlab" "${crash[@]}" > "$work/crash2.out" 2>&1 || { cat "$work/crash2.out"; fail "retry of the crashed run"; }
+grep -q "1 finished before, 1 to run" "$work/crash2.out" || { cat "$work/crash2.out"; fail "retry plan"; }
+echo "crash: exit 5, recorded, retried"
+
+# ---- 3. kill -9 mid-way -----------------------------------------------------------------------------
+kill9=(sweep "${base[@]}" --scheme pre_norm,post_norm,siamese_hybrid --lr 2e-3 --set train.steps=400
+       --set checkpoint.every=5 --jobs 1 --no-plots --out "$work/kill")
+"$normlab" "${kill9[@]}" > "$work/kill1.out" 2>&1 &
+pid=$!
+first=$work/kill/runs/pre_norm-lr2e-3-s0 second=$work/kill/runs/post_norm-lr2e-3-s0
+for _ in $(seq 1 1200); do  # until the first run finished and the second has a checkpoint (up to 4 min)
+  ls -d "$second"/checkpoints/step-* > /dev/null 2>&1 && break
+  sleep 0.2
+done
+ls -d "$second"/checkpoints/step-* > /dev/null 2>&1 || { cat "$work/kill1.out"; fail "second run never checkpointed"; }
+kill -9 "$pid"
+wait "$pid" 2>/dev/null || true
+for _ in $(seq 1 50); do pgrep -f "$work/kill/runs" > /dev/null || break; sleep 0.1; done
+! pgrep -f "$work/kill/runs" > /dev/null || fail "children outlived the killed sweep"
+grep -q '"status": "completed"' "$first/summary.json" || fail "first run not completed before the kill"
+before=$(sha256sum "$first/summary.json" "$first/metrics.jsonl")
+"$normlab" "${kill9[@]}" > "$work/kill2.out" 2>&1 || { cat "$work/kill2.out"; fail "the re-run did not finish"; }
+grep -q "1 finished before, 2 to run" "$work/kill2.out" || { cat "$work/kill2.out"; fail "re-run plan"; }
+[ "$before" = "$(sha256sum "$first/summary.json" "$first/metrics.jsonl")" ] || fail "the finished run was redone"
+grep -q "resumed from .*step-" "$second/train.log" || fail "the interrupted run did not resume from its checkpoint"
+grep -q "resume post_norm-lr2e-3-s0" "$work/kill2.out" || fail "the re-run did not say it resumes"
+[ "$(grep -c '"status": "completed"' "$work/kill/summary.json")" -eq 3 ] || fail "not all three runs completed"
+"$normlab" "${kill9[@]}" > "$work/kill3.out" 2>&1 || fail "third invocation"
+grep -q "3 finished before, 0 to run" "$work/kill3.out" || { cat "$work/kill3.out"; fail "third invocation reran something"; }
+echo "kill -9: children gone; re-run skipped 1, $(grep -o 'resumed from .*' "$second/train.log" | head -1)"
+
+# ---- 4. Ctrl-C ---------------------------------------------------------------------------------------
+ctrlc=(sweep "${base[@]}" --scheme pre_norm --lr 1e-3 --set train.steps=400 --no-plots --out "$work/ctrlc")
+"$normlab" "${ctrlc[@]}" > "$work/ctrlc1.out" 2>&1 &
+pid=$!
+run=$work/ctrlc/runs/pre_norm-lr1e-3-s0
+for _ in $(seq 1 300); do
+  [ -f "$run/metrics.jsonl" ] && [ "$(wc -l < "$run/metrics.jsonl")" -ge 3 ] && break
+  sleep 0.2
+done
+kill -INT "$pid"
+rc=0; wait "$pid" || rc=$?
+[ "$rc" -eq 4 ] || { cat "$work/ctrlc1.out"; fail "exit code $rc after SIGINT, expected 4"; }
+grep -q '"status": "interrupted"' "$run/summary.json" || fail "the child did not stop cleanly"
+grep -q "| pre_norm | interrupted @ [0-9]* |" "$work/ctrlc/summary.md" || { cat "$work/ctrlc/summary.md"; fail "interrupted cell"; }
+steps=$(ls -d "$run"/checkpoints/step-* | tail -1 | sed 's/.*step-0*//')
+rc=0
+"$normlab" sweep "${base[@]}" --scheme pre_norm --lr 1e-3 --set train.steps=7 --out "$work/ctrlc" > "$work/ctrlc2.out" 2>&1 \
+  || rc=$?
+[ "$rc" -eq 1 ] && grep -q "holds a sweep of .* choose another --out" "$work/ctrlc2.out" \
+  || { cat "$work/ctrlc2.out"; fail "a changed --set in the same folder must be refused"; }
+"$normlab" "${ctrlc[@]}" > "$work/ctrlc3.out" 2>&1 || { cat "$work/ctrlc3.out"; fail "re-run after SIGINT"; }
+grep -q "resumed from .*step-0*$steps at step $steps" "$run/train.log" || fail "no resume after SIGINT"
+echo "SIGINT: exit 4, child checkpointed at step $steps, re-run resumed and finished; a different sweep in the same folder refused"
+
+# ---- 5. malformed specs ------------------------------------------------------------------------------
+expect_error() {  # expect_error MESSAGE ARGS...: exit 1, the message, and no sweep folder
+  local msg=$1; shift
+  local rc=0
+  "$normlab" sweep "$@" --out "$work/bad" > "$work/bad.out" 2>&1 || rc=$?
+  [ "$rc" -eq 1 ] || { cat "$work/bad.out"; fail "exit code $rc for $*"; }
+  grep -qF -- "$msg" "$work/bad.out" || { cat "$work/bad.out"; fail "no '$msg' for $*"; }
+  [ ! -e "$work/bad" ] || fail "a rejected sweep left $work/bad behind"
+}
+expect_error "LAST must be above FIRST" "${base[@]}" --lr 1e-2:1e-4:3
+expect_error "unknown --scheme 'pre_nrom'" "${base[@]}" --scheme pre_norm,pre_nrom
+expect_error "did you mean 'train.steps'" "${base[@]}" --set train.stepz=3
+expect_error "'x' is not a seed" "${base[@]}" --seed 0,x
+expect_error "--gpus-per-run 2 but the runs are on the CPU" "${base[@]}" --set train.device=cpu --gpus-per-run 2
+printf 'config: %s\nlrs: [1e-3]\n' "$src/configs/tiny/lm.yaml" > "$work/typo.yaml"
+expect_error "lrs: unknown key (did you mean 'lr'?)" --sweep "$work/typo.yaml"
+echo "malformed specs: rejected"
+echo "PASS"

@@ -1,0 +1,237 @@
+// Sweeps: learning-rate lists and ranges, the grid, sweep files, GPU slots, the state of a
+// point on disk, and the paper-style table. (Child processes: tests/cli/sweep.sh.)
+#include <fstream>
+
+#include "normlab/checkpoint.h"
+#include "normlab/config_io.h"
+#include "normlab/file_io.h"
+#include "normlab/sweep.h"
+#include "normlab/sweep_report.h"
+#include "support.h"
+
+using namespace normlab;
+using normlab::test::ScratchDir;
+
+namespace {
+
+void write(const std::string& path, const std::string& text) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path) << text;
+}
+
+template <class F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string tiny_config() { return std::string(NORMLAB_SOURCE_DIR) + "/configs/tiny/lm.yaml"; }
+
+PointResult result(Scheme s, double lr, uint64_t seed, PointState st, double ppl = 0, int64_t diverged_at = 0,
+                   int64_t spikes = 0) {
+  PointResult r;
+  r.point = {s, lr, seed, std::string(enum_name(s)) + "-lr" + lr_label(lr) + "-s" + std::to_string(seed), {}};
+  r.state = st;
+  r.steps = r.steps_planned = 100;
+  if (st == PointState::Completed) r.val_perplexity = ppl;
+  if (st == PointState::Diverged) r.diverged_at = diverged_at, r.steps = diverged_at - 1;
+  r.spikes = spikes;
+  return r;
+}
+
+}  // namespace
+
+TEST(Sweep, LearningRateListsAndLogRanges) {
+  EXPECT_EQ(parse_lr_list("4e-4,1e-3,2e-3"), (std::vector<double>{4e-4, 1e-3, 2e-3}));
+  EXPECT_EQ(parse_lr_list("1e-4:1e-2:5"), (std::vector<double>{1e-4, 3.16e-4, 1e-3, 3.16e-3, 1e-2}));
+  EXPECT_EQ(parse_lr_list("1e-3:8e-3:4"), (std::vector<double>{1e-3, 2e-3, 4e-3, 8e-3}));
+  EXPECT_EQ(lr_label(4e-4), "4e-4");
+  EXPECT_EQ(lr_label(3.16e-3), "3.16e-3");
+  EXPECT_EQ(lr_label(2.5e-3), "2.5e-3");
+  EXPECT_EQ(lr_label(1e3), "1e3");
+  EXPECT_EQ(lr_label(0.1), "1e-1");
+}
+
+TEST(Sweep, MalformedLearningRatesAreRejectedClearly) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "empty list"},
+      {"1e-3,,2e-3", "'' is not a positive number"},
+      {"1e-3,abc", "'abc' is not a positive number"},
+      {"-1e-3", "'-1e-3' is not a positive number"},
+      {"0", "'0' is not a positive number"},
+      {"1e-4:1e-2", "a range is FIRST:LAST:COUNT"},
+      {"1e-4:1e-2:1", "COUNT must be an integer from 2 to 100"},
+      {"1e-4:1e-2:x", "COUNT must be an integer from 2 to 100"},
+      {"1e-2:1e-4:3", "LAST must be above FIRST"},
+      {"1e-3,1e-3", "1e-3 appears twice"},
+      {"1e-3,1.0001e-3", "1e-3 appears twice"},
+  };
+  for (const auto& [text, expect] : cases) {
+    const std::string err = error_of([&] { parse_lr_list(text); });
+    EXPECT_NE(err.find(expect), std::string::npos) << "'" << text << "': got '" << err << "'";
+  }
+}
+
+TEST(Sweep, GridIsSchemeMajorWithEachPointsOverrides) {
+  SweepSpec spec;
+  spec.config = tiny_config();
+  spec.overrides = {"train.steps=7"};
+  spec.schemes = {Scheme::PreNorm, Scheme::SiameseHybrid};
+  spec.lrs = {1e-3, 2e-3};
+  spec.seeds = {0, 5};
+  const auto points = sweep_points(spec);
+  ASSERT_EQ(points.size(), 8u);
+  EXPECT_EQ(points[0].name, "pre_norm-lr1e-3-s0");
+  EXPECT_EQ(points[1].name, "pre_norm-lr1e-3-s5");
+  EXPECT_EQ(points[2].name, "pre_norm-lr2e-3-s0");
+  EXPECT_EQ(points[7].name, "siamese_hybrid-lr2e-3-s5");
+  EXPECT_EQ(points[7].overrides, (std::vector<std::string>{"train.steps=7", "model.scheme=siamese_hybrid",
+                                                            "optimizer.lr=0.002", "train.seed=5"}));
+  // What the child will load is exactly the point.
+  const RunConfig c = config_load(spec.config, points[7].overrides);
+  EXPECT_EQ(c.model.scheme, Scheme::SiameseHybrid);
+  EXPECT_EQ(c.optimizer.lr, 2e-3);
+  EXPECT_EQ(c.train.seed, 5u);
+  EXPECT_EQ(c.train.steps, 7);
+
+  // Empty axes take the base config's values.
+  SweepSpec plain;
+  plain.config = tiny_config();
+  const auto one = sweep_points(plain);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].name, "siamese_hybrid-lr3e-3-s0");
+}
+
+TEST(Sweep, BadGridsFailBeforeAnythingRuns) {
+  SweepSpec spec;
+  spec.config = tiny_config();
+  spec.overrides = {"train.stepz=3"};
+  EXPECT_NE(error_of([&] { sweep_points(spec); }).find("did you mean 'train.steps'"), std::string::npos);
+  spec.overrides = {"train.steps=-3"};
+  EXPECT_NE(error_of([&] { sweep_points(spec); }).find("train.steps"), std::string::npos);
+  spec.overrides = {};
+  spec.schemes = {Scheme::PreNorm, Scheme::PreNorm};
+  EXPECT_NE(error_of([&] { sweep_points(spec); }).find("scheme pre_norm listed twice"), std::string::npos);
+  spec.schemes = {};
+  spec.config = "";
+  EXPECT_NE(error_of([&] { sweep_points(spec); }).find("no base config"), std::string::npos);
+}
+
+TEST(Sweep, SweepFilesLoadAndRejectMistakes) {
+  ScratchDir dir("sweep_files");
+  write(dir / "base.yaml", "train:\n  steps: 5\n");
+  write(dir / "ok.yaml",
+        "config: base.yaml\nscheme: [pre_norm, siamese]\nlr: 1e-4:1e-2:3\nseed: 0,1\n"
+        "set:\n  train.steps: 9\njobs: 2\ngpus_per_run: 1\n");
+  const SweepSpec s = sweep_load(dir / "ok.yaml");
+  EXPECT_EQ(s.config, dir / "base.yaml");
+  EXPECT_EQ(s.schemes, (std::vector<Scheme>{Scheme::PreNorm, Scheme::Siamese}));
+  EXPECT_EQ(s.lrs, (std::vector<double>{1e-4, 1e-3, 1e-2}));
+  EXPECT_EQ(s.seeds, (std::vector<uint64_t>{0, 1}));
+  EXPECT_EQ(s.overrides, (std::vector<std::string>{"train.steps=9"}));
+  EXPECT_EQ(s.jobs, 2);
+  EXPECT_EQ(s.gpus_per_run, 1);
+
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"config: base.yaml\nschemes: [pre_norm]\n", "schemes: unknown key (did you mean 'scheme'?)"},
+      {"scheme: [pre_norm]\n", "config: required"},
+      {"config: base.yaml\nscheme: [pre_nrom]\n", "scheme: unknown value 'pre_nrom'"},
+      {"config: base.yaml\nlr: [1e-3, fast]\n", "lr: learning rates '1e-3,fast': 'fast' is not a positive number"},
+      {"config: base.yaml\nlr: {a: 1}\n", "lr: expected a list or comma-separated text, got a map"},
+      {"config: base.yaml\nseed: [-1]\n", "seed: expected an integer, got '-1'"},
+      {"config: base.yaml\nset: [train.steps]\n", "set: expected section.key=value"},
+      {"config: base.yaml\njobs: many\n", "jobs: expected an integer, got 'many'"},
+      {"config: base.yaml\ngpus_per_run: -2\n", "gpus_per_run: expected 0 or more"},
+      {"config: base.yaml\nlr: [1e-3\n", "invalid YAML"},
+      {"- a\n- b\n", "expected a map of sweep keys"},
+  };
+  for (const auto& [text, expect] : cases) {
+    write(dir / "bad.yaml", text);
+    const std::string err = error_of([&] { sweep_load(dir / "bad.yaml"); });
+    EXPECT_NE(err.find(expect), std::string::npos) << text << "got '" << err << "'";
+    EXPECT_NE(err.find("bad.yaml"), std::string::npos) << err;
+  }
+  EXPECT_NE(error_of([&] { sweep_load(dir / "missing.yaml"); }).find("sweep file not found"), std::string::npos);
+}
+
+TEST(Sweep, ShippedSweepFilesLoad) {
+  for (const char* f : {"configs/sweeps/mini.yaml", "configs/sweeps/paper_table1.yaml"}) {
+    const SweepSpec s = sweep_load(std::string(NORMLAB_SOURCE_DIR) + "/" + f);
+    EXPECT_NO_THROW(sweep_points(s)) << f;
+  }
+  const SweepSpec t = sweep_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/sweeps/paper_table1.yaml");
+  EXPECT_EQ(t.schemes.size(), 6u);
+  EXPECT_EQ(t.lrs, (std::vector<double>{4e-4, 1e-3, 2e-3}));
+  EXPECT_EQ(config_load(t.config).model.d_model, 2048);
+}
+
+TEST(Sweep, GpuSlotsAreDisjointDeviceSets) {
+  EXPECT_EQ(gpu_slots({"0", "1", "2", "3"}, 1), (std::vector<std::string>{"0", "1", "2", "3"}));
+  EXPECT_EQ(gpu_slots({"0", "1", "2", "3"}, 2), (std::vector<std::string>{"0,1", "2,3"}));
+  EXPECT_EQ(gpu_slots({"4", "5", "6"}, 2), (std::vector<std::string>{"4,5"}));  // the odd one idles
+  EXPECT_TRUE(gpu_slots({"0"}, 2).empty());
+  EXPECT_THROW(gpu_slots({"0"}, 0), std::invalid_argument);
+}
+
+TEST(Sweep, PointStateComesFromTheRunFolder) {
+  ScratchDir dir("sweep_state");
+  const std::string run = dir / "run";
+  EXPECT_EQ(point_state(run), PointState::Pending);  // no folder yet
+  std::filesystem::create_directories(run);
+  EXPECT_EQ(point_state(run), PointState::Pending);
+  std::filesystem::create_directories(run + "/checkpoints/step-00000010");
+  write(run + "/checkpoints/step-00000010/state.json", "{}");
+  EXPECT_EQ(point_state(run), PointState::Interrupted);  // a checkpoint without a summary: killed
+  write(run + "/summary.json", R"({"status": "interrupted", "steps": 10})");
+  EXPECT_EQ(point_state(run), PointState::Interrupted);
+  write(run + "/summary.json", R"({"status": "completed", "steps": 20})");
+  EXPECT_EQ(point_state(run), PointState::Completed);
+  write(run + "/summary.json", R"({"status": "diverged", "steps": 4, "diverged_at": 5})");
+  EXPECT_EQ(point_state(run), PointState::Diverged);
+  write(run + "/sweep_status.json", R"({"state": "crashed", "exit_code": 1})");  // the latest child failed
+  EXPECT_EQ(point_state(run), PointState::Crashed);
+  const PointResult r = read_point_result(run, {Scheme::PreNorm, 1e-3, 0, "run", {}});
+  EXPECT_EQ(r.exit_code, 1);
+}
+
+TEST(Sweep, CellsFollowThePapersTable) {
+  using S = PointState;
+  EXPECT_EQ(sweep_cell({result(Scheme::PreNorm, 1e-3, 0, S::Completed, 10.844)}).text, "10.84");
+  EXPECT_EQ(sweep_cell({result(Scheme::PreNorm, 1e-3, 0, S::Completed, 10.844, 0, 3)}).text, "10.84 (3 spikes)");
+  EXPECT_EQ(sweep_cell({result(Scheme::PreNorm, 1e-3, 0, S::Diverged, 0, 812)}).text, "diverged @ 812");
+  // Seeds: mean ± sample standard deviation; any diverged seed makes the cell diverged.
+  const SweepCell two = sweep_cell({result(Scheme::PreNorm, 1e-3, 0, S::Completed, 10.0, 0, 1),
+                                    result(Scheme::PreNorm, 1e-3, 1, S::Completed, 12.0, 0, 1)});
+  EXPECT_EQ(two.text, "11.00 ± 1.41 (2 spikes)");
+  EXPECT_DOUBLE_EQ(*two.mean_perplexity, 11.0);
+  EXPECT_EQ(sweep_cell({result(Scheme::PreNorm, 1e-3, 0, S::Completed, 10.0),
+                        result(Scheme::PreNorm, 1e-3, 1, S::Diverged, 0, 90)}).text,
+            "diverged @ 90 (1/2 seeds)");
+  EXPECT_EQ(sweep_cell({result(Scheme::PreNorm, 1e-3, 0, S::Completed, 10.0),
+                        result(Scheme::PreNorm, 1e-3, 1, S::Pending)}).text,
+            "pending (seed 1)");
+  PointResult crashed = result(Scheme::PreNorm, 1e-3, 0, S::Crashed);
+  crashed.exit_code = 1;
+  EXPECT_EQ(sweep_cell({crashed}).text, "crashed (exit 1)");
+  EXPECT_FALSE(sweep_cell({crashed}).mean_perplexity);
+}
+
+TEST(Sweep, TableMarksTheBestLearningRatePerScheme) {
+  using S = PointState;
+  const std::vector<PointResult> rs = {
+      result(Scheme::PreNorm, 4e-4, 0, S::Completed, 11.21), result(Scheme::PreNorm, 1e-3, 0, S::Completed, 10.84),
+      result(Scheme::PreNorm, 2e-3, 0, S::Completed, 10.89), result(Scheme::PostNorm, 4e-4, 0, S::Completed, 12.5),
+      result(Scheme::PostNorm, 1e-3, 0, S::Diverged, 0, 300), result(Scheme::PostNorm, 2e-3, 0, S::Diverged, 0, 120),
+  };
+  const std::string md = sweep_markdown(rs, "test");
+  EXPECT_NE(md.find("| scheme | 4e-4 | 1e-3 | 2e-3 |\n|---|---|---|---|\n"), std::string::npos) << md;
+  EXPECT_NE(md.find("| pre_norm | 11.21 | **10.84** | 10.89 |\n"), std::string::npos) << md;
+  EXPECT_NE(md.find("| post_norm | **12.50** | diverged @ 300 | diverged @ 120 |\n"), std::string::npos) << md;
+  const std::string csv = sweep_csv(rs);
+  EXPECT_NE(csv.find("post_norm-lr2e-3-s0,post_norm,0.002,0,diverged,119,100,120,,,,0,,0.000\n"), std::string::npos) << csv;
+  EXPECT_NE(sweep_json(rs, "t").find("\"pre_norm\": 0.001"), std::string::npos);
+}

@@ -1,0 +1,142 @@
+// normlab sweep --config BASE.yaml --lr 4e-4,1e-3 --scheme pre_norm,siamese_hybrid [--seed 0,1]
+//               [--set k=v ...] [--jobs N] [--gpus-per-run K] --out DIR
+// normlab sweep --sweep configs/sweeps/mini.yaml [flags that replace the file's] --out DIR
+// normlab sweep --out DIR --report    (rebuild the reports and plots of DIR, run nothing)
+// SIGINT/SIGTERM: the first one stops each running child once (it checkpoints, exit 4) and
+// launches nothing more; a second one kills the children. Re-running the command continues.
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "normlab/config_io.h"
+#include "normlab/file_io.h"
+#include "normlab/sweep.h"
+#include "normlab/sweep_report.h"
+
+namespace normlab::cli {
+namespace fs = std::filesystem;
+namespace {
+
+std::atomic<int> g_stop{0};  // signals received; written by the signal handler only
+
+extern "C" void on_sweep_signal(int) { g_stop.fetch_add(1); }
+
+std::string shell_quoted(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// tools/plot_sweep.py with the project's Python (NORMLAB_PYTHON overrides). Plotting is a
+// bonus: a missing matplotlib or script only prints how to get the plots.
+void plot(const std::string& out) {
+  const char* env_python = std::getenv("NORMLAB_PYTHON");
+  std::string python = env_python && *env_python ? env_python : NORMLAB_DEFAULT_PYTHON;
+  if (python.empty()) python = "python3";
+  std::string script = NORMLAB_PLOT_SCRIPT;
+  if (!fs::exists(script)) script = NORMLAB_INSTALLED_PLOT_SCRIPT;
+  if (!fs::exists(script)) {
+    std::cout << "plots skipped: plot_sweep.py not found\n";
+    return;
+  }
+  const int rc = std::system((shell_quoted(python) + " " + shell_quoted(script) + " " + shell_quoted(out)).c_str());
+  if (rc != 0)
+    std::cout << "plots skipped (" << python << " " << script << " failed; it needs matplotlib: "
+              << "pip install matplotlib)\n";
+}
+
+}  // namespace
+
+Runner setup_sweep(CLI::App& sub) {
+  struct Options {
+    std::string config, sweep, out, lr, scheme, seed;
+    std::vector<std::string> overrides;
+    int jobs = -1, gpus_per_run = -1;
+    bool report = false, no_plots = false;
+  };
+  auto o = std::make_shared<Options>();
+  sub.add_option("--config", o->config, "base run configuration (YAML)")->check(CLI::ExistingFile);
+  sub.add_option("--sweep", o->sweep, "sweep file (configs/sweeps/); the flags below replace its keys")
+      ->check(CLI::ExistingFile);
+  sub.add_option("--lr", o->lr, "peak learning rates: 4e-4,1e-3,2e-3 or log-spaced FIRST:LAST:COUNT");
+  sub.add_option("--scheme", o->scheme, "schemes, comma-separated (default: the config's)");
+  sub.add_option("--seed", o->seed, "seeds, comma-separated (default: the config's train.seed)");
+  sub.add_option("--set", o->overrides, "override a key of every run: section.key=value (repeatable)");
+  sub.add_option("--jobs", o->jobs, "runs at a time (default: 1 on CPU, one per GPU slot)");
+  sub.add_option("--gpus-per-run", o->gpus_per_run, "GPUs of each run (disjoint CUDA_VISIBLE_DEVICES sets)");
+  sub.add_option("--out", o->out, "sweep folder (default: sweeps/<sweep or config name>)");
+  sub.add_flag("--report", o->report, "only rebuild the reports and plots of --out");
+  sub.add_flag("--no-plots", o->no_plots, "do not run tools/plot_sweep.py");
+  sub.footer(
+      "Outputs in DIR: summary.md (the paper-style table), summary.csv, summary.json, loss_curves.png, "
+      "ppl_vs_lr.png, runs/<scheme>-lr<lr>-s<seed>/ (console.log + a normal run folder).\n"
+      "Exit codes: 0 every run finished (completed or diverged), 1 error, 4 stopped (re-run to continue), "
+      "5 some runs crashed (see their console.log; re-run to retry them).");
+  return [o] {
+    if (o->report) {
+      if (o->out.empty()) throw std::invalid_argument("--report needs --out DIR");
+      const auto manifest = nlohmann::json::parse(read_file((fs::path(o->out) / "sweep.json").string()));
+      std::vector<SweepPoint> points;
+      for (const auto& p : manifest.at("points"))
+        points.push_back({enum_from_name<Scheme>(p.at("scheme").get<std::string>(), "scheme"), p.at("lr").get<double>(),
+                          p.at("seed").get<uint64_t>(), p.at("name").get<std::string>(), {}});
+      write_sweep_reports(o->out, points);
+      std::cout << "reports: " << o->out << "/summary.md, summary.csv, summary.json\n";
+      if (!o->no_plots) plot(o->out);
+      return 0;
+    }
+    if (o->config.empty() && o->sweep.empty()) throw std::invalid_argument("give --config BASE.yaml or --sweep FILE");
+    SweepSpec spec = o->sweep.empty() ? SweepSpec{} : sweep_load(o->sweep);
+    if (!o->config.empty()) spec.config = o->config;
+    if (!o->lr.empty()) spec.lrs = parse_lr_list(o->lr);
+    if (!o->scheme.empty()) {
+      spec.schemes.clear();
+      std::stringstream ss(o->scheme);
+      for (std::string s; std::getline(ss, s, ',');) spec.schemes.push_back(enum_from_name<Scheme>(s, "--scheme"));
+    }
+    if (!o->seed.empty()) {
+      spec.seeds.clear();
+      std::stringstream ss(o->seed);
+      for (std::string s; std::getline(ss, s, ',');) {
+        size_t used = 0;
+        unsigned long long v = 0;
+        try {
+          v = std::stoull(s, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != s.size() || s[0] == '-') throw std::invalid_argument("--seed: '" + s + "' is not a seed");
+        spec.seeds.push_back(v);
+      }
+    }
+    spec.overrides.insert(spec.overrides.end(), o->overrides.begin(), o->overrides.end());
+    if (o->jobs >= 0) spec.jobs = o->jobs;
+    if (o->gpus_per_run >= 0) spec.gpus_per_run = o->gpus_per_run;
+
+    std::string out = o->out;
+    if (out.empty()) out = "sweeps/" + fs::path(o->sweep.empty() ? spec.config : o->sweep).stem().string();
+    std::signal(SIGINT, on_sweep_signal);
+    std::signal(SIGTERM, on_sweep_signal);
+    SweepOptions opts;
+    opts.out = out;
+    opts.normlab = fs::read_symlink("/proc/self/exe").string();
+    opts.stop = &g_stop;
+    opts.say = [](const std::string& line) { std::cout << line << std::endl; };
+    const SweepOutcome r = run_sweep(spec, opts);
+    std::cout << "sweep: " << r.completed << " completed, " << r.diverged << " diverged, " << r.crashed << " crashed, "
+              << r.interrupted << " not finished, " << r.skipped << " finished before\n";
+    if (!o->no_plots) plot(out);
+    // The table itself, as in summary.md (up to its per-run section).
+    const std::string md = read_file((fs::path(out) / "summary.md").string());
+    const auto table = md.find("\n| scheme"), runs = md.find("\n## Runs");
+    if (table != std::string::npos && runs != std::string::npos) std::cout << md.substr(table + 1, runs - table);
+    std::cout << "table: " << out << "/summary.md\n";
+    if (g_stop.load() > 0 || r.interrupted > 0) return 4;
+    return r.crashed > 0 ? 5 : 0;
+  };
+}
+
+}  // namespace normlab::cli
