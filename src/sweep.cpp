@@ -17,6 +17,7 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -28,8 +29,6 @@
 #include "normlab/file_io.h"
 #include "normlab/sweep_report.h"
 #include "normlab/trainer.h"
-
-extern char** environ;
 
 namespace normlab {
 namespace fs = std::filesystem;
@@ -96,15 +95,20 @@ pid_t spawn(const Launch& l) {
   return pid;
 }
 
-std::vector<std::string> environment_with(const std::map<std::string, std::string>& set) {
+std::vector<std::string> environment_with(const std::vector<std::string>& base,
+                                          const std::map<std::string, std::string>& set) {
   std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    const std::string kv = *e;
-    const std::string key = kv.substr(0, kv.find('='));
-    if (!set.count(key)) env.push_back(kv);
-  }
+  for (const auto& kv : base)
+    if (!set.count(kv.substr(0, kv.find('=')))) env.push_back(kv);
   for (const auto& [k, v] : set) env.push_back(k + "=" + v);
   return env;
+}
+
+// The value of KEY in a KEY=VALUE list; nullopt when absent.
+std::optional<std::string> env_value(const std::vector<std::string>& env, const std::string& key) {
+  for (const auto& kv : env)
+    if (kv.compare(0, key.size() + 1, key + "=") == 0) return kv.substr(key.size() + 1);
+  return std::nullopt;
 }
 
 std::string now_text() {
@@ -277,8 +281,8 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& o) {
                                   ": multi-GPU runs need the distributed trainer, which this build does not have yet; "
                                   "use --gpus-per-run 1");
     std::vector<std::string> devices;
-    if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v && *v) {
-      std::stringstream ss(v);
+    if (const auto v = env_value(o.environment, "CUDA_VISIBLE_DEVICES"); v && !v->empty()) {
+      std::stringstream ss(*v);
       for (std::string d; std::getline(ss, d, ',');) devices.push_back(d);
     } else {
       for (const auto& d : cuda_devices()) devices.push_back(std::to_string(d.index));
@@ -296,7 +300,7 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& o) {
     if (jobs == 0) jobs = 1;
   }
   std::map<std::string, std::string> env;
-  if (!gpu && jobs > 1 && !std::getenv("OMP_NUM_THREADS")) {
+  if (!gpu && jobs > 1 && !env_value(o.environment, "OMP_NUM_THREADS")) {
     // Share the cores between the concurrent runs instead of oversubscribing them.
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     env["OMP_NUM_THREADS"] = std::to_string(std::max(1u, cores / static_cast<unsigned>(jobs)));
@@ -318,7 +322,7 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& o) {
   }
   say("sweep: " + std::to_string(points.size()) + " runs (" + std::to_string(outcome.skipped) + " finished before, " +
       std::to_string(todo.size()) + " to run), " + std::to_string(jobs) + " at a time" +
-      (gpu ? " on GPUs" : env.count("OMP_NUM_THREADS") ? ", " + env["OMP_NUM_THREADS"] + " threads each" : ""));
+      (gpu ? " on GPUs" : env.count("OMP_NUM_THREADS") ? ", " + env["OMP_NUM_THREADS"] + " thread(s) each" : ""));
   write_sweep_reports(o.out, points);
 
   struct Child {
@@ -346,7 +350,7 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& o) {
     while (slot_busy[slot]) ++slot;
     std::map<std::string, std::string> child_env = env;
     if (gpu) child_env["CUDA_VISIBLE_DEVICES"] = slots[slot];
-    l.envp = environment_with(child_env);
+    l.envp = environment_with(o.environment, child_env);
     l.console = (fs::path(dir) / "console.log").string();
     {
       std::string cmd;

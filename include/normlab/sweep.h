@@ -71,6 +71,8 @@ PointState point_state(const std::string& run_dir);
 struct SweepOptions {
   std::string out;                          // SWEEP_DIR
   std::string normlab;                      // the normlab executable the children run
+  std::vector<std::string> environment;     // KEY=VALUE the children inherit (main passes its own);
+                                            // CUDA_VISIBLE_DEVICES and OMP_NUM_THREADS in it are honoured
   const std::atomic<int>* stop = nullptr;   // 1: stop children (SIGTERM) and launch no more; 2: kill them
   std::function<void(const std::string&)> say;  // progress lines (may be empty)
 };

@@ -142,6 +142,13 @@ TEST_F(TrainerTest, RefusesUnsafeRunFoldersAndMismatchedData) {
   EXPECT_NE(error(config({"data.train="}), options(run / "z")).find("data.train is empty"), std::string::npos);
   EXPECT_NE(error(config({"train.precision=bf16", "train.device=cpu"}), options(run / "w")).find("needs a CUDA device"),
             std::string::npos);
+  {  // another process training in the folder (its lock held) is refused, not joined
+    const FileLock other(run / ".lock", "test");
+    EXPECT_NE(error(config({"train.steps=3"}), options(run.path, true)).find(".lock: in use by another process"),
+              std::string::npos);
+    EXPECT_TRUE(FileLock::busy(run / ".lock"));
+  }
+  EXPECT_FALSE(FileLock::busy(run / ".lock"));
   // Resuming with more steps (not an architecture change) is fine.
   EXPECT_EQ(train(config({"train.steps=3"}), options(run.path, true)).steps, 3);
 }

@@ -16,6 +16,8 @@
 #include "normlab/sweep.h"
 #include "normlab/sweep_report.h"
 
+extern char** environ;
+
 namespace normlab::cli {
 namespace fs = std::filesystem;
 namespace {
@@ -123,6 +125,7 @@ Runner setup_sweep(CLI::App& sub) {
     SweepOptions opts;
     opts.out = out;
     opts.normlab = fs::read_symlink("/proc/self/exe").string();
+    for (char** e = environ; *e; ++e) opts.environment.emplace_back(*e);
     opts.stop = &g_stop;
     opts.say = [](const std::string& line) { std::cout << line << std::endl; };
     const SweepOutcome r = run_sweep(spec, opts);
