@@ -13,7 +13,8 @@ install(FILES ${PROJECT_BINARY_DIR}/include/normlab/version.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/normlab)
 if(NORMLAB_BUILD_TOOLS)
   install(TARGETS normlab-cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-  install(PROGRAMS ${PROJECT_SOURCE_DIR}/tools/plot_sweep.py DESTINATION ${CMAKE_INSTALL_DATADIR}/normlab)
+  install(PROGRAMS ${PROJECT_SOURCE_DIR}/tools/plot_sweep.py ${PROJECT_SOURCE_DIR}/tools/plot_diagnostics.py
+          DESTINATION ${CMAKE_INSTALL_DATADIR}/normlab)
 endif()
 install(EXPORT normlab-targets NAMESPACE normlab:: DESTINATION ${NORMLAB_INSTALL_CMAKEDIR})
 

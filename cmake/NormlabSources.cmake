@@ -8,6 +8,7 @@ set(NORMLAB_SOURCES
   cpu_allocator.cpp
   data_prepare.cpp
   device.cpp
+  diagnostics.cpp
   evaluate.cpp
   export.cpp
   file_io.cpp

@@ -46,6 +46,9 @@ void validate(const RunConfig& c) {
   require(c.eval.every >= 0, "eval.every", c.eval.every, "must be >= 0");
   require(c.eval.batches >= 0, "eval.batches", c.eval.batches, "must be >= 0");
   require(c.eval.micro_batch >= 0, "eval.micro_batch", c.eval.micro_batch, "must be >= 0");
+  require(c.diagnostics.every >= 0, "diagnostics.every", c.diagnostics.every, "must be >= 0");
+  require(c.diagnostics.batch >= 1, "diagnostics.batch", c.diagnostics.batch, "must be >= 1");
+  require(c.diagnostics.top_k >= 0, "diagnostics.top_k", c.diagnostics.top_k, "must be >= 0");
   require(c.checkpoint.every >= 0, "checkpoint.every", c.checkpoint.every, "must be >= 0");
   require(c.checkpoint.keep >= 1, "checkpoint.keep", c.checkpoint.keep, "must be at least 1");
   require(c.logging.every >= 1, "logging.every", c.logging.every, "must be at least 1");

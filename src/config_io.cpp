@@ -98,6 +98,14 @@ void visit(V& v, EvalConfig& e) {
 }
 
 template <class V>
+void visit(V& v, DiagnosticsConfig& d) {
+  v("every", d.every, "run the paper's diagnostics every N steps into diagnostics.jsonl (docs/diagnostics.md); 0 = off");
+  v("batch", d.batch, "sequences of the fixed diagnostics batch (the first of the validation split)");
+  v("top_k", d.top_k, "massive activations kept per layer and stream; 0 = none");
+  v("pruning", d.pruning, "also the loss with each block skipped in turn (n_layers more forward passes)");
+}
+
+template <class V>
 void visit(V& v, CheckpointConfig& c) {
   v("every", c.every, "save a checkpoint every N steps (and at the end); 0 = only at the end");
   v("keep", c.keep, "keep the last K checkpoints");
@@ -117,6 +125,7 @@ void visit(V& v, RunConfig& r) {
   v.section("scheduler", r.scheduler, "learning-rate schedule");
   v.section("train", r.train, "the training loop");
   v.section("eval", r.eval, "evaluation during training");
+  v.section("diagnostics", r.diagnostics, "the paper's diagnostics during training");
   v.section("checkpoint", r.checkpoint, "checkpoints");
   v.section("logging", r.logging, "console and log output");
 }

@@ -30,26 +30,32 @@ nlohmann::json json_value(const std::string& text) {
   return text;
 }
 
+// The checkpoint folder of `source` (itself, or a run folder's newest).
+std::string checkpoint_of(const std::string& source) {
+  if (fs::exists(fs::path(source) / "state.json")) return source;
+  const auto latest = checkpoint_latest(source);
+  if (!latest) throw std::invalid_argument(source + ": neither a checkpoint folder nor a run folder with checkpoints");
+  return *latest;
+}
+
+// The weights must build the configured model.
+void check_weights(const ModelConfig& cfg, const TensorDict& weights, const std::string& where) {
+  DecoderLM check(cfg, torch::kMeta);
+  for (const auto& p : check->named_parameters()) {
+    const auto it = weights.find(p.key());
+    if (it == weights.end() || it->second.sizes() != p.value().sizes())
+      throw std::invalid_argument(where + ": model.safetensors does not match config.yaml at " + p.key());
+  }
+}
+
 }  // namespace
 
 std::string export_model(const std::string& source, const std::string& out_dir) {
-  std::string ckpt_dir = source;
-  if (!fs::exists(fs::path(source) / "state.json")) {
-    const auto latest = checkpoint_latest(source);
-    if (!latest) throw std::invalid_argument(source + ": neither a checkpoint folder nor a run folder with checkpoints");
-    ckpt_dir = *latest;
-  }
+  const std::string ckpt_dir = checkpoint_of(source);
   const Checkpoint ck = checkpoint_load(ckpt_dir);
   const std::string config_path = (fs::path(ckpt_dir) / "config.yaml").string();
   const RunConfig cfg = config_load(config_path);
-  {  // The weights must build the configured model.
-    DecoderLM check(cfg.model, torch::kMeta);
-    for (const auto& p : check->named_parameters()) {
-      const auto it = ck.model.find(p.key());
-      if (it == ck.model.end() || it->second.sizes() != p.value().sizes())
-        throw std::invalid_argument(ckpt_dir + ": model.safetensors does not match config.yaml at " + p.key());
-    }
-  }
+  check_weights(cfg.model, ck.model, ckpt_dir);
 
   nlohmann::json model = nlohmann::json::object();
   for (const auto& [key, value] : config_flatten(cfg)) {
@@ -114,6 +120,37 @@ DecoderLM import_model(const std::string& dir, torch::Device device) {
   const std::string weights = (fs::path(dir) / "model.safetensors").string();
   load_weights(*model, safetensors_load(weights).tensors, weights);
   return model;
+}
+
+LoadedModel load_model(const std::string& source, torch::Device device) {
+  LoadedModel m;
+  if (fs::exists(fs::path(source) / "config.json")) {
+    m.model = import_model(source, device);
+    m.from = source;
+    const fs::path tok = fs::path(source) / "tokenizer.model";
+    if (fs::exists(tok)) m.tokenizer = tok.string();
+    try {
+      m.step = nlohmann::json::parse(read_file((fs::path(source) / "config.json").string())).value("step", int64_t{-1});
+    } catch (const nlohmann::json::exception&) {
+      // import_model has read it already; a missing step is fine
+    }
+    return m;
+  }
+  m.from = checkpoint_of(source);
+  const RunConfig cfg = config_load((fs::path(m.from) / "config.yaml").string());
+  const std::string weights = (fs::path(m.from) / "model.safetensors").string();
+  const TensorDict tensors = safetensors_load(weights).tensors;
+  check_weights(cfg.model, tensors, m.from);
+  m.model = DecoderLM(cfg.model, device);
+  load_weights(*m.model, tensors, weights);
+  m.tokenizer = cfg.data.tokenizer;
+  m.seq_len = cfg.data.seq_len;
+  try {
+    m.step = nlohmann::json::parse(read_file((fs::path(m.from) / "state.json").string())).value("step", int64_t{-1});
+  } catch (const nlohmann::json::exception&) {
+    m.step = -1;
+  }
+  return m;
 }
 
 }  // namespace normlab

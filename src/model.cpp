@@ -27,7 +27,9 @@ torch::Tensor DecoderLMImpl::head_weight() const {
   return config.tie_embeddings ? embed->weight : head->weight;
 }
 
-torch::Tensor DecoderLMImpl::hidden(const torch::Tensor& tokens, const Probe& probe) {
+torch::Tensor DecoderLMImpl::fuse(const Streams& s) const { return parts_.exit(s); }
+
+torch::Tensor DecoderLMImpl::hidden(const torch::Tensor& tokens, const Probe& probe, int64_t skip_block) {
   TORCH_CHECK(tokens.dim() == 2, "DecoderLM: tokens must be (B, T), got ", tokens.sizes());
   Streams s = parts_.enter(embed(tokens));
   auto observe = [&](int64_t layer) {
@@ -37,7 +39,7 @@ torch::Tensor DecoderLMImpl::hidden(const torch::Tensor& tokens, const Probe& pr
   };
   observe(-1);
   for (size_t l = 0; l < scheme_blocks.size(); ++l) {
-    s = scheme_blocks[l]->forward(s);
+    if (static_cast<int64_t>(l) != skip_block) s = scheme_blocks[l]->forward(s);
     observe(static_cast<int64_t>(l));
   }
   torch::Tensor z = parts_.exit(s);

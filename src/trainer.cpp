@@ -21,6 +21,7 @@
 #include "normlab/config_io.h"
 #include "normlab/device.h"
 #include "normlab/evaluate.h"
+#include "normlab/diagnostics.h"
 #include "normlab/file_io.h"
 #include "normlab/info.h"
 #include "normlab/loader.h"
@@ -111,6 +112,7 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
   const auto train_data = std::make_shared<TokenDataset>(cfg.data.train, "train", cfg.data.seq_len);
   check_vocabulary(train_data->index(), cfg.data.train, cfg.model.vocab_size, cfg.data.tokenizer);
   std::unique_ptr<ValLoader> val;
+  Batch diag_batch;  // the fixed diagnostics batch: the first sequences of the validation split
   {
     const std::string val_dir = cfg.data.val.empty() ? cfg.data.train : cfg.data.val;
     const ShardIndex vidx = shard_index_read(val_dir);
@@ -120,10 +122,14 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
       const auto val_data = std::make_shared<TokenDataset>(val_dir, "val", cfg.data.seq_len);
       const int64_t vb = cfg.eval.micro_batch > 0 ? cfg.eval.micro_batch : cfg.train.micro_batch;
       val = std::make_unique<ValLoader>(val_data, std::min<int64_t>(vb, val_data->num_samples()));
+      if (cfg.diagnostics.every > 0)
+        diag_batch = ValLoader(val_data, std::min<int64_t>(cfg.diagnostics.batch, val_data->num_samples())).batch(0);
     } else if (log) {
       log->warn(val_dir + " has no validation split of at least one sample: no evaluation");
     }
   }
+  if (cfg.diagnostics.every > 0 && !diag_batch.inputs.defined())  // no validation split: training samples
+    diag_batch = ValLoader(train_data, std::min<int64_t>(cfg.diagnostics.batch, train_data->num_samples())).batch(0);
   LoaderOptions lo;
   lo.micro_batch = cfg.train.micro_batch;
   lo.global_batch = cfg.train.global_batch;
@@ -159,20 +165,31 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
   const std::string config_yaml = config_to_yaml(cfg);
   write_file_atomic((fs::path(o.run_dir) / "config.yaml").string(), [&](FileWriter& w) { w.write(config_yaml); });
 
-  // metrics.jsonl keeps the lines of the steps before the resume point.
-  const std::string metrics_path = (fs::path(o.run_dir) / "metrics.jsonl").string();
-  {
+  // metrics.jsonl and diagnostics.jsonl keep the lines of the steps before the resume point.
+  auto keep_lines_up_to = [&](const std::string& path) {
     std::string kept;
-    if (st.step > 0 && fs::exists(metrics_path)) {
-      std::istringstream in(read_file(metrics_path));
+    if (st.step > 0 && fs::exists(path)) {
+      std::istringstream in(read_file(path));
       for (std::string line; std::getline(in, line);) {
         const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
         if (!j.is_discarded() && j.value("step", int64_t{0}) <= st.step) kept += line + "\n";
       }
     }
-    write_file_atomic(metrics_path, [&](FileWriter& w) { w.write(kept); });
-  }
+    write_file_atomic(path, [&](FileWriter& w) { w.write(kept); });
+  };
+  const std::string metrics_path = (fs::path(o.run_dir) / "metrics.jsonl").string();
+  keep_lines_up_to(metrics_path);
   std::ofstream metrics(metrics_path, std::ios::app);
+  std::ofstream diagnostics;
+  if (cfg.diagnostics.every > 0) {
+    const std::string path = (fs::path(o.run_dir) / "diagnostics.jsonl").string();
+    keep_lines_up_to(path);
+    diagnostics.open(path, std::ios::app);
+    diag_batch = {diag_batch.inputs.to(device), diag_batch.targets.to(device)};
+  }
+  DiagnosticsOptions diag_options;
+  diag_options.top_k = cfg.diagnostics.top_k;
+  diag_options.pruning = cfg.diagnostics.pruning;
 
   const ParamCounts counts = count_parameters(cfg.model);
   const double flops_token = flops_per_token(cfg.model, cfg.data.seq_len);
@@ -315,6 +332,15 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
     }
     const bool last = completed == cfg.train.steps;
     if (last || (cfg.eval.every > 0 && completed % cfg.eval.every == 0)) run_eval(completed, line);
+    if (cfg.diagnostics.every > 0 && (completed % cfg.diagnostics.every == 0 || last)) {
+      const auto d0 = Clock::now();
+      DiagnosticsReport d = run_diagnostics(*model, diag_batch.inputs, diag_batch.targets, diag_options);
+      d.step = completed;
+      diagnostics << diagnostics_json(d) << "\n" << std::flush;
+      const double secs = std::chrono::duration<double>(Clock::now() - d0).count();
+      line["diagnostics_seconds"] = secs;
+      st.wall_seconds += secs;
+    }
     metrics << line.dump() << "\n" << std::flush;
 
     const bool stop = (o.stop && o.stop->load()) || (o.stop_after > 0 && completed - first_step >= o.stop_after);

@@ -17,9 +17,18 @@
 
 namespace normlab {
 
+/// The learned per-channel gains that weigh the X and the Y stream where a two-stream block
+/// fuses them into the input of a shared branch ("attn" or "mlp"); read by the diagnostics.
+struct BranchInputGains {
+  const char* branch;
+  torch::Tensor x, y;  // (C); undefined = a gain of 1
+};
+
 class SchemeBlockImpl : public torch::nn::Module {
  public:
   virtual Streams forward(const Streams& s) = 0;
+  /// Two-stream blocks with shared branches list their input gains; others have none.
+  virtual std::vector<BranchInputGains> input_gains() const { return {}; }
 };
 
 struct SchemeParts {

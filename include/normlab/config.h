@@ -71,6 +71,13 @@ struct EvalConfig {
   int64_t micro_batch = 0;         // sequences per validation batch; 0: train.micro_batch
 };
 
+struct DiagnosticsConfig {
+  int64_t every = 0;               // run the diagnostics (diagnostics.h) every N steps; 0: off
+  int64_t batch = 4;               // sequences of the fixed batch (the first of the validation split)
+  int64_t top_k = 4;               // massive activations kept per layer and stream
+  bool pruning = false;            // also the loss with each block skipped (n_layers more forward passes)
+};
+
 struct CheckpointConfig {
   int64_t every = 500;             // save every N steps (and at the end); 0: only at the end
   int64_t keep = 2;                // keep the last K checkpoints
@@ -88,6 +95,7 @@ struct RunConfig {
   SchedulerConfig scheduler;
   TrainConfig train;
   EvalConfig eval;
+  DiagnosticsConfig diagnostics;
   CheckpointConfig checkpoint;
   LoggingConfig logging;
 };

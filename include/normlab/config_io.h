@@ -1,6 +1,6 @@
 // YAML <-> RunConfig, at the edge of the program. yaml-cpp lives in src/config_io.cpp only.
 //
-// A config file holds sections model, data, optimizer, scheduler, train, eval, checkpoint and
+// A config file holds sections model, data, optimizer, scheduler, train, eval, diagnostics, checkpoint and
 // logging; a top-level `base: other.yaml` (relative to the file) is loaded first and
 // deep-merged under it.
 // Overrides "section.key=value" (values in YAML syntax) apply in order after the files.

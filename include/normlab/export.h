@@ -21,4 +21,17 @@ ModelConfig export_config(const std::string& dir);
 /// The model of an export folder, on `device`.
 DecoderLM import_model(const std::string& dir, torch::Device device = torch::kCPU);
 
+/// A trained model and where it came from.
+struct LoadedModel {
+  DecoderLM model{nullptr};
+  std::string from;       // the export or checkpoint folder read
+  std::string tokenizer;  // its tokenizer.model (export) or data.tokenizer (run), "" if unknown
+  int64_t step = -1;      // the training step of a checkpoint (-1: unknown)
+  int64_t seq_len = 0;    // the run's data.seq_len (0: unknown, an export folder)
+};
+
+/// `source` is an export folder (config.json), a checkpoint folder or a run folder (its newest
+/// checkpoint); the weights are checked against the configuration.
+LoadedModel load_model(const std::string& source, torch::Device device = torch::kCPU);
+
 }  // namespace normlab

@@ -33,8 +33,11 @@ class DecoderLMImpl : public torch::nn::Module {
   /// builds the structure without allocating). cfg is validated first.
   explicit DecoderLMImpl(const ModelConfig& cfg, torch::Device device = torch::kCPU);
 
-  /// The fused output Z that feeds the head, (B, T) token ids -> (B, T, C).
-  torch::Tensor hidden(const torch::Tensor& tokens, const Probe& probe = nullptr);
+  /// The fused output Z that feeds the head, (B, T) token ids -> (B, T, C). skip_block >= 0
+  /// leaves that block out (its streams pass through unchanged): the pruning diagnostic.
+  torch::Tensor hidden(const torch::Tensor& tokens, const Probe& probe = nullptr, int64_t skip_block = -1);
+  /// The scheme's end-of-network fusion of `s` into Z (the logit lens applies it to one stream).
+  torch::Tensor fuse(const Streams& s) const;
   /// Logits (B, T, V).
   torch::Tensor forward(const torch::Tensor& tokens, const Probe& probe = nullptr);
   /// Logits and the mean next-token loss against `targets` (B, T); z_loss weights

@@ -40,6 +40,11 @@ class SiameseBlock : public SchemeBlockImpl {
     return {x, y};
   }
 
+  // X enters each branch post-normalized (its gain scales it), Y through its own norm.
+  std::vector<BranchInputGains> input_gains() const override {
+    return {{"attn", attn_post_norm->weight, attn_y_norm->weight}, {"mlp", mlp_post_norm->weight, mlp_y_norm->weight}};
+  }
+
   void pretty_print(std::ostream& stream) const override {
     stream << "SiameseBlock(c=" << c << (attn_in_norm ? ", input_norm" : "") << ")";
   }

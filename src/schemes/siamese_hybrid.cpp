@@ -39,6 +39,11 @@ class SiameseHybridBlock : public SchemeBlockImpl {
     return {x, y};
   }
 
+  // Attention: c1 scales X, attn_y_norm's gain Y; MLP: X enters as N_mlp(X), Y as N_mlp_y(Y).
+  std::vector<BranchInputGains> input_gains() const override {
+    return {{"attn", c1, attn_y_norm->weight}, {"mlp", mlp_norm->weight, mlp_y_norm->weight}};
+  }
+
   void pretty_print(std::ostream& stream) const override {
     stream << "SiameseHybridBlock(c=" << c << (mlp_in_norm ? ", input_norm" : "") << ")";
   }

@@ -165,3 +165,36 @@ TEST_F(TrainerTest, ExportRoundTripGivesIdenticalLogits) {
   EXPECT_TRUE(torch::equal(imported->forward(tokens), trained->forward(tokens)));
   EXPECT_EQ(export_config(run / "export").scheme, Scheme::SiameseHybrid);
 }
+
+// Diagnostics during training: one line every N steps and at the end, none when off, and the
+// training itself untouched (bitwise the same losses and weights); a resume drops the lines
+// past its checkpoint.
+TEST_F(TrainerTest, DiagnosticsObserveWithoutChangingTheRun) {
+  test::ScratchDir off("run"), on("run"), resumed("run");
+  train(config(), options(off.path));
+  EXPECT_FALSE(fs::exists(off / "diagnostics.jsonl"));
+  const std::vector<std::string> diag = {"diagnostics.every=3", "diagnostics.pruning=true", "diagnostics.batch=2"};
+  train(config(diag), options(on.path));
+  EXPECT_EQ(losses(off.path.string()), losses(on.path.string()));
+  const Checkpoint a = checkpoint_load(off / "checkpoints/step-00000008");
+  const Checkpoint b = checkpoint_load(on / "checkpoints/step-00000008");
+  for (const auto& [name, t] : a.model) EXPECT_TRUE(torch::equal(t, b.model.at(name))) << name;
+  auto steps_of = [](const std::string& path) {
+    std::vector<int64_t> steps;
+    std::istringstream in(read_file(path));
+    for (std::string line; std::getline(in, line);) {
+      EXPECT_NE(line.find("\"pruning\":["), std::string::npos);
+      steps.push_back(std::stoll(line.substr(line.find("\"step\":") + 7)));
+    }
+    return steps;
+  };
+  EXPECT_EQ(steps_of(on / "diagnostics.jsonl"), (std::vector<int64_t>{3, 6, 8}));
+
+  train(config(diag), options(resumed.path, false, /*stop_after=*/7));  // lines 3 and 6, checkpoint at 7
+  {  // a line past the checkpoint, as if the process died after writing it
+    std::ofstream(resumed / "diagnostics.jsonl", std::ios::app) << R"({"step":99,"pruning":[]})" << "\n";
+  }
+  train(config(diag), options(resumed.path, /*resume=*/true));
+  EXPECT_EQ(steps_of(resumed / "diagnostics.jsonl"), (std::vector<int64_t>{3, 6, 8}));
+  EXPECT_EQ(read_file(on / "diagnostics.jsonl"), read_file(resumed / "diagnostics.jsonl"));
+}

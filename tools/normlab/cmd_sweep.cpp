@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "python_tool.h"
 #include "normlab/config_io.h"
 #include "normlab/file_io.h"
 #include "normlab/sweep.h"
@@ -25,30 +26,6 @@ namespace {
 std::atomic<int> g_stop{0};  // signals received; written by the signal handler only
 
 extern "C" void on_sweep_signal(int) { g_stop.fetch_add(1); }
-
-std::string shell_quoted(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-// tools/plot_sweep.py with the project's Python (NORMLAB_PYTHON overrides). Plotting is a
-// bonus: a missing matplotlib or script only prints how to get the plots.
-void plot(const std::string& out) {
-  const char* env_python = std::getenv("NORMLAB_PYTHON");
-  std::string python = env_python && *env_python ? env_python : NORMLAB_DEFAULT_PYTHON;
-  if (python.empty()) python = "python3";
-  std::string script = NORMLAB_PLOT_SCRIPT;
-  if (!fs::exists(script)) script = NORMLAB_INSTALLED_PLOT_SCRIPT;
-  if (!fs::exists(script)) {
-    std::cout << "plots skipped: plot_sweep.py not found\n";
-    return;
-  }
-  const int rc = std::system((shell_quoted(python) + " " + shell_quoted(script) + " " + shell_quoted(out)).c_str());
-  if (rc != 0)
-    std::cout << "plots skipped (" << python << " " << script << " failed; it needs matplotlib: "
-              << "pip install matplotlib)\n";
-}
 
 }  // namespace
 
@@ -87,7 +64,7 @@ Runner setup_sweep(CLI::App& sub) {
                           p.at("seed").get<uint64_t>(), p.at("name").get<std::string>(), {}});
       write_sweep_reports(o->out, points);
       std::cout << "reports: " << o->out << "/summary.md, summary.csv, summary.json\n";
-      if (!o->no_plots) plot(o->out);
+      if (!o->no_plots) run_python_tool("plot_sweep.py", {o->out}, "plots");
       return 0;
     }
     if (o->config.empty() && o->sweep.empty()) throw std::invalid_argument("give --config BASE.yaml or --sweep FILE");
@@ -131,7 +108,7 @@ Runner setup_sweep(CLI::App& sub) {
     const SweepOutcome r = run_sweep(spec, opts);
     std::cout << "sweep: " << r.completed << " completed, " << r.diverged << " diverged, " << r.crashed << " crashed, "
               << r.interrupted << " not finished, " << r.skipped << " finished before\n";
-    if (!o->no_plots) plot(out);
+    if (!o->no_plots) run_python_tool("plot_sweep.py", {out}, "plots");
     // The table itself, as in summary.md (up to its per-run section).
     const std::string md = read_file((fs::path(out) / "summary.md").string());
     const auto table = md.find("\n| scheme"), runs = md.find("\n## Runs");

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "command.h"
+#include "python_tool.h"
 #include "normlab/config_io.h"
 #include "normlab/cpu_allocator.h"
 #include "normlab/log.h"
@@ -32,6 +33,7 @@ Runner setup_train(CLI::App& sub) {
     std::string out;
     bool resume = false;
     int64_t stop_after = 0;
+    bool no_plots = false;
   };
   auto o = std::make_shared<Options>();
   sub.add_option("--config", o->config, "run configuration (YAML)")->required()->check(CLI::ExistingFile);
@@ -39,6 +41,7 @@ Runner setup_train(CLI::App& sub) {
   sub.add_option("--out", o->out, "run folder (default: runs/<config name>-<scheme>)");
   sub.add_flag("--resume", o->resume, "continue from the run folder's newest checkpoint");
   sub.add_option("--stop-after", o->stop_after, "checkpoint and stop after N steps of this invocation (exit 4)");
+  sub.add_flag("--no-plots", o->no_plots, "with diagnostics on: do not run tools/plot_diagnostics.py");
   sub.footer("Exit codes: 0 completed, 1 error, 3 diverged (non-finite loss or gradient), 4 interrupted (checkpoint saved).");
   return [o] {
     const RunConfig cfg = config_load(o->config, o->overrides);  // all config errors before any work
@@ -64,7 +67,10 @@ Runner setup_train(CLI::App& sub) {
     std::cout << "run " << enum_name(s.status) << " after " << s.steps << " steps";
     if (s.diverged_at >= 0) std::cout << " (diverged at step " << s.diverged_at << ")";
     if (s.val_perplexity >= 0) std::cout << ": validation loss " << s.final_val_loss << ", perplexity " << s.val_perplexity;
-    std::cout << "\noutputs: " << out << "/ (summary.json, metrics.jsonl, train.log, checkpoints/)\n";
+    std::cout << "\noutputs: " << out << "/ (summary.json, metrics.jsonl, train.log, checkpoints/"
+              << (cfg.diagnostics.every > 0 ? ", diagnostics.jsonl" : "") << ")\n";
+    if (cfg.diagnostics.every > 0 && !o->no_plots)
+      run_python_tool("plot_diagnostics.py", {(std::filesystem::path(out) / "diagnostics.jsonl").string(), out}, "plots");
     return exit_code(s.status);
   };
 }

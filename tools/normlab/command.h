@@ -17,6 +17,7 @@ struct Command {
   Runner (*setup)(CLI::App& sub);
 };
 
+Runner setup_analyze(CLI::App& sub);
 Runner setup_config(CLI::App& sub);
 Runner setup_data(CLI::App& sub);
 Runner setup_export(CLI::App& sub);

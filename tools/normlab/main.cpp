@@ -17,6 +17,7 @@ using normlab::cli::Command;
 const Command kCommands[] = {
   {"train",   "train a model from a YAML config (resumable; checkpoints, metrics, summary)", normlab::cli::setup_train},
   {"sweep",   "learning-rate sweeps over schemes and seeds: child runs, resumable, paper-style table and plots", normlab::cli::setup_sweep},
+  {"analyze", "the paper's diagnostics on a checkpoint: stream norms, gradients, gains, logit lens, massive activations, pruning", normlab::cli::setup_analyze},
   {"export",  "export a checkpoint's model: model.safetensors, config.json, tokenizer", normlab::cli::setup_export},
   {"tokenizer", "train a SentencePiece tokenizer; encode and decode with one", normlab::cli::setup_tokenizer},
   {"data",    "prepare token shards from text (data prepare), check them (data inspect)", normlab::cli::setup_data},

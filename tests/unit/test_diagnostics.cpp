@@ -1,0 +1,203 @@
+// The paper's diagnostics on constructed cases with known answers: Pre-Norm's stream grows
+// with depth, an identity block changes nothing and costs nothing when pruned, hand-set gains
+// come back as set, a planted activation is found where it was planted, the logit lens of
+// Pre-Norm's last layer is the model itself, and the gradients equal autograd's.
+#include "normlab/diagnostics.h"
+#include "normlab/weights.h"
+#include "support.h"
+
+using namespace normlab;
+
+namespace {
+
+DecoderLM model_of(Scheme s, int64_t layers = 2, uint64_t seed = 0) {
+  ModelConfig c = test::tiny_config(s);
+  c.n_layers = layers;
+  torch::manual_seed(seed);
+  return DecoderLM(c);
+}
+
+struct Data {
+  torch::Tensor inputs, targets;
+};
+
+Data batch(int64_t b = 3, int64_t t = 12, uint64_t seed = 1) {
+  torch::manual_seed(seed);
+  return {torch::randint(0, 32, {b, t}, torch::kLong), torch::randint(0, 32, {b, t}, torch::kLong)};
+}
+
+torch::Tensor param(DecoderLMImpl& m, const std::string& name) {
+  for (const auto& p : m.named_parameters())
+    if (p.key() == name) return p.value();
+  ADD_FAILURE() << "no parameter " << name;
+  return {};
+}
+
+// Makes block l the identity: its branches' output projections are zero.
+void zero_block(DecoderLMImpl& m, int64_t l) {
+  torch::NoGradGuard g;
+  param(m, "blocks." + std::to_string(l) + ".attn.out.weight").zero_();
+  param(m, "blocks." + std::to_string(l) + ".mlp.down.weight").zero_();
+}
+
+}  // namespace
+
+TEST(Diagnostics, PreNormStreamGrowsWithDepth) {
+  DecoderLM m = model_of(Scheme::PreNorm, 6);
+  const Data d = batch();
+  const DiagnosticsReport r = run_diagnostics(*m, d.inputs, d.targets, {});
+  ASSERT_EQ(r.rms.size(), 1u);  // one stream
+  const auto& rms = r.rms[0].values;
+  ASSERT_EQ(rms.size(), 7u);    // entry + 6 blocks
+  for (size_t i = 1; i < rms.size(); ++i) EXPECT_GT(rms[i], rms[i - 1]) << "layer " << i - 1;
+  // The same numbers as computing them by hand from the probe.
+  std::vector<torch::Tensor> xs;
+  m->hidden(d.inputs, [&](std::string_view n, int64_t, const torch::Tensor& t) {
+    if (n == "x") xs.push_back(t.detach());
+  });
+  for (size_t i = 0; i < xs.size(); ++i) {
+    EXPECT_NEAR(rms[i], xs[i].to(torch::kDouble).pow(2).mean().sqrt().item<double>(), 1e-9);
+    EXPECT_NEAR(r.l2[0].values[i], xs[i].to(torch::kDouble).norm(2, {-1}).mean().item<double>(), 1e-9);
+  }
+}
+
+TEST(Diagnostics, AnIdentityBlockChangesNothingAndPrunesForFree) {
+  DecoderLM m = model_of(Scheme::PreNorm, 4);
+  zero_block(*m, 2);
+  const Data d = batch();
+  DiagnosticsOptions o;
+  o.pruning = true;
+  const DiagnosticsReport r = run_diagnostics(*m, d.inputs, d.targets, o);
+  const auto& rms = r.rms[0].values;
+  EXPECT_EQ(rms[3], rms[2]);  // block 2's output (index 3) is its input
+  ASSERT_EQ(r.pruning.size(), 4u);
+  ASSERT_TRUE(r.pruning_base.has_value());
+  EXPECT_EQ(r.pruning[2], *r.pruning_base);  // skipping the identity changes nothing
+  for (int l : {0, 1, 3}) EXPECT_NE(r.pruning[static_cast<size_t>(l)], *r.pruning_base) << "block " << l;
+  // The gradient passes the identity block unchanged.
+  const auto& g = r.stream_grad[0].values;
+  EXPECT_NEAR(g[2], g[3], 1e-6 * g[3]);
+}
+
+TEST(Diagnostics, GradientsAreAutogradsAndLeaveTheParametersAlone) {
+  DecoderLM m = model_of(Scheme::Siamese, 3);
+  const Data d = batch();
+  // Independent: a plain backward pass, then the norms of the parameters' .grad.
+  m->zero_grad();
+  const LossOutput out = m->loss(d.inputs, d.targets);
+  out.ce.backward();
+  std::vector<double> attn(3, 0.0), mlp(3, 0.0);
+  std::map<std::string, torch::Tensor> before;
+  for (const auto& p : m->named_parameters()) {
+    before[p.key()] = p.value().grad().clone();
+    for (int l = 0; l < 3; ++l) {
+      const std::string b = "blocks." + std::to_string(l) + ".";
+      if (p.key().rfind(b + "attn.", 0) == 0) attn[static_cast<size_t>(l)] += p.value().grad().pow(2).sum().item<double>();
+      if (p.key().rfind(b + "mlp.", 0) == 0) mlp[static_cast<size_t>(l)] += p.value().grad().pow(2).sum().item<double>();
+    }
+  }
+  m->train();
+  const DiagnosticsReport r = run_diagnostics(*m, d.inputs, d.targets, {});
+  EXPECT_TRUE(m->is_training());  // mode restored
+  EXPECT_NEAR(r.loss, out.ce.item<double>(), 1e-5);
+  for (size_t l = 0; l < 3; ++l) {
+    EXPECT_NEAR(r.attn_grad[l], std::sqrt(attn[l]), 1e-4 * std::sqrt(attn[l])) << l;
+    EXPECT_NEAR(r.mlp_grad[l], std::sqrt(mlp[l]), 1e-4 * std::sqrt(mlp[l])) << l;
+  }
+  for (const auto& p : m->named_parameters())  // .grad untouched
+    EXPECT_TRUE(torch::equal(p.value().grad(), before[p.key()])) << p.key();
+  ASSERT_EQ(r.stream_grad.size(), 2u);  // x and y
+  EXPECT_EQ(r.stream_grad[1].stream, "y");
+  for (const auto& s : r.stream_grad)
+    for (double v : s.values) EXPECT_GT(v, 0.0);
+}
+
+TEST(Diagnostics, HandSetGainsComeBackAsSet) {
+  for (Scheme s : {Scheme::SiameseHybrid, Scheme::Siamese}) {
+    DecoderLM m = model_of(s, 2);
+    {
+      torch::NoGradGuard g;
+      const bool hybrid = s == Scheme::SiameseHybrid;
+      param(*m, hybrid ? "blocks.1.c1" : "blocks.1.attn_post_norm.weight").fill_(2.0);
+      param(*m, "blocks.1.attn_y_norm.weight").fill_(0.5);
+      param(*m, hybrid ? "blocks.0.mlp_norm.weight" : "blocks.0.mlp_post_norm.weight").fill_(1.05);
+      param(*m, "blocks.0.mlp_y_norm.weight").fill_(0.42);
+      param(*m, "final_norm_x.weight").fill_(3.0);
+      param(*m, "final_norm_y.weight").fill_(1.5);
+    }
+    const Data d = batch();
+    const DiagnosticsReport r = run_diagnostics(*m, d.inputs, d.targets, {});
+    ASSERT_EQ(r.gains.size(), 5u) << enum_name(s);  // 2 blocks x {attn, mlp} + final
+    auto find = [&](int64_t layer, const std::string& branch) {
+      for (const auto& g : r.gains)
+        if (g.layer == layer && g.branch == branch) return g;
+      ADD_FAILURE() << "no gain row " << layer << " " << branch;
+      return GainRatio{};
+    };
+    EXPECT_DOUBLE_EQ(find(1, "attn").x_gain, 2.0);
+    EXPECT_DOUBLE_EQ(find(1, "attn").y_gain, 0.5);
+    EXPECT_DOUBLE_EQ(find(1, "attn").ratio, 4.0);
+    EXPECT_NEAR(find(0, "mlp").ratio, 1.05 / 0.42, 1e-6);
+    EXPECT_DOUBLE_EQ(find(-1, "final").ratio, 2.0);
+    EXPECT_DOUBLE_EQ(find(0, "attn").ratio, 1.0);  // untouched: the init value
+  }
+  DecoderLM pre = model_of(Scheme::PreNorm, 2);
+  const Data d = batch();
+  EXPECT_TRUE(run_diagnostics(*pre, d.inputs, d.targets, {}).gains.empty());  // no shared two-stream branches
+}
+
+TEST(Diagnostics, PlantedMassiveActivationIsFoundWhereItWasPlanted) {
+  DecoderLM m = model_of(Scheme::PreNorm, 2);
+  Data d = batch();
+  d.inputs.fill_(1);
+  d.inputs[2][7] = 5;  // token 5 appears once: batch 2, position 7
+  {
+    torch::NoGradGuard g;
+    param(*m, "embed.weight")[5][11] = -100.0;
+  }
+  DiagnosticsOptions o;
+  o.top_k = 3;
+  const DiagnosticsReport r = run_diagnostics(*m, d.inputs, d.targets, o);
+  ASSERT_EQ(r.massive.size(), 3u);  // entry + 2 blocks, one stream
+  const MassiveActivations& entry = r.massive[0];
+  EXPECT_EQ(entry.layer, -1);
+  ASSERT_EQ(entry.top.size(), 3u);
+  EXPECT_EQ(entry.top[0].value, -100.0);
+  EXPECT_EQ(entry.top[0].batch, 2);
+  EXPECT_EQ(entry.top[0].token, 7);
+  EXPECT_EQ(entry.top[0].channel, 11);
+  EXPECT_GT(entry.max_over_median, 100.0);
+  EXPECT_GE(std::abs(entry.top[0].value), std::abs(entry.top[1].value));
+}
+
+TEST(Diagnostics, LogitLensOfTheLastPreNormLayerIsTheModel) {
+  for (Scheme s : {Scheme::PreNorm, Scheme::SiameseHybrid, Scheme::ResiDual}) {
+    DecoderLM m = model_of(s, 3);
+    const Data d = batch();
+    const DiagnosticsReport r = run_diagnostics(*m, d.inputs, d.targets, {});
+    const size_t streams = s == Scheme::PreNorm ? 1 : 2;
+    ASSERT_EQ(r.lens.size(), streams) << enum_name(s);
+    for (const auto& l : r.lens) {
+      ASSERT_EQ(l.values.size(), 4u);
+      for (double v : l.values) {
+        EXPECT_GE(v, 0.0);
+        EXPECT_LE(v, 1.0);
+      }
+    }
+    if (s == Scheme::PreNorm) EXPECT_EQ(r.lens[0].values.back(), 1.0);
+  }
+}
+
+TEST(Diagnostics, JsonLineHoldsEverySection) {
+  DecoderLM m = model_of(Scheme::SiameseHybrid, 2);
+  const Data d = batch();
+  DiagnosticsOptions o;
+  o.pruning = true;
+  DiagnosticsReport r = run_diagnostics(*m, d.inputs, d.targets, o);
+  r.step = 40;
+  const std::string j = diagnostics_json(r);
+  for (const char* key : {"\"step\":40", "\"rms\":{\"x\":[", "\"y\":[", "\"l2\"", "\"stream_grad\"", "\"attn_grad\"",
+                          "\"mlp_grad\"", "\"gains\"", "\"lens\"", "\"massive\"", "\"pruning_base\"", "\"pruning\":["})
+    EXPECT_NE(j.find(key), std::string::npos) << key << " in " << j.substr(0, 300);
+  EXPECT_EQ(j.find('\n'), std::string::npos);
+}

@@ -1,0 +1,14 @@
+// The Python helpers the CLI runs when they are available (plots): tools/<script> from the
+// source tree, else the installed copy, with the project's Python (NORMLAB_PYTHON overrides).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace normlab::cli {
+
+/// Runs `script` (a file name under tools/) with `args`; returns true when it succeeded.
+/// On failure prints what was skipped and why (`what`, e.g. "plots"), never throws.
+bool run_python_tool(const std::string& script, const std::vector<std::string>& args, const std::string& what);
+
+}  // namespace normlab::cli
