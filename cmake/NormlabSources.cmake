@@ -13,8 +13,10 @@ set(NORMLAB_SOURCES
   export.cpp
   file_io.cpp
   fused.cpp
+  generate.cpp
   info.cpp
   init.cpp
+  kv_cache.cpp
   linear.cpp
   loader.cpp
   mlp.cpp
@@ -41,6 +43,7 @@ set(NORMLAB_SOURCES
   stability.cpp
   sweep.cpp
   sweep_report.cpp
+  tasks.cpp
   text_input.cpp
   tokenizer.cpp
   trainer.cpp

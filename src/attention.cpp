@@ -43,16 +43,39 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
     k = k_norm(k);
     v = v_norm(v);
   }
-  if (!rope_.cos.defined() || rope_.cos.size(0) != T || rope_.cos.device() != q.device() ||
+  // Positions start after the cached ones (0 without a cache).
+  const int64_t past = cache ? cache->length : 0;
+  const int64_t end = past + T;
+  const int64_t table_len = cache ? cache->k.size(2) : T;
+  if (!rope_.cos.defined() || rope_.cos.size(0) != table_len || rope_.cos.device() != q.device() ||
       rope_.cos.scalar_type() != q.scalar_type()) {
-    rope_ = rope_tables(T, D, options.rope_theta(), q.device(), q.scalar_type());
+    rope_ = rope_tables(table_len, D, options.rope_theta(), q.device(), q.scalar_type());
   }
-  q = rope_apply(q, rope_).transpose(1, 2);  // (B, H, T, D)
-  k = rope_apply(k, rope_).transpose(1, 2);  // (B, Hk, T, D)
+  const RopeTables at_positions =
+      table_len == T ? rope_ : RopeTables{rope_.cos.narrow(0, past, T), rope_.sin.narrow(0, past, T)};
+  q = rope_apply(q, at_positions).transpose(1, 2);  // (B, H, T, D)
+  k = rope_apply(k, at_positions).transpose(1, 2);  // (B, Hk, T, D)
   v = v.transpose(1, 2);
 
+  torch::Tensor mask;  // none: causal from position 0, or one new token that sees everything
+  bool causal = true;
+  if (cache) {
+    TORCH_CHECK(end <= cache->k.size(2), "KV cache full: ", end, " positions, room for ", cache->k.size(2));
+    cache->k.narrow(2, past, T).copy_(k);
+    cache->v.narrow(2, past, T).copy_(v);
+    cache->length = end;
+    k = cache->k.narrow(2, 0, end);
+    v = cache->v.narrow(2, 0, end);
+    if (past > 0) {
+      causal = false;
+      if (T > 1) {  // query i (at position past + i) sees keys 0 .. past + i
+        const auto on = torch::TensorOptions().device(q.device());
+        mask = torch::arange(end, on).unsqueeze(0) <= (torch::arange(T, on) + past).unsqueeze(1);
+      }
+    }
+  }
   const torch::Tensor y = at::scaled_dot_product_attention(
-      q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+      q, k, v, mask.defined() ? std::optional<torch::Tensor>(mask) : std::nullopt, /*dropout_p=*/0.0, /*is_causal=*/causal,
       /*scale=*/1.0 / std::sqrt(static_cast<double>(D)), /*enable_gqa=*/Hk != H);
   return out(y.transpose(1, 2).reshape({B, T, H * D}));
 }

@@ -95,6 +95,7 @@ void visit(V& v, EvalConfig& e) {
   v("every", e.every, "evaluate on the validation split every N steps (and at the end); 0 = only at the end");
   v("batches", e.batches, "validation batches per evaluation; 0 = the whole split");
   v("micro_batch", e.micro_batch, "sequences per validation batch; 0 = train.micro_batch");
+  v("tasks", e.tasks, "multiple-choice task files (JSONL, docs/evaluation.md), comma-separated: accuracy at every evaluation");
 }
 
 template <class V>

@@ -147,6 +147,31 @@ uint32_t Tokenizer::checksum() const { return impl_->crc; }
 const std::string& Tokenizer::path() const { return impl_->path; }
 bool Tokenizer::splits_at_whitespace() const { return impl_->splits; }
 
+std::vector<int32_t> Tokenizer::token_byte_lengths() const {
+  static const std::string marker = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+  std::vector<int32_t> out(static_cast<size_t>(vocab_size()));
+  for (int32_t id = 0; id < static_cast<int32_t>(out.size()); ++id) {
+    if (impl_->sp.IsControl(id) || impl_->sp.IsUnknown(id)) continue;
+    if (impl_->sp.IsByte(id)) {
+      out[static_cast<size_t>(id)] = 1;
+      continue;
+    }
+    std::string p = impl_->sp.IdToPiece(id);
+    int32_t n = 0;
+    for (size_t at = 0; at < p.size();) {
+      if (p.compare(at, marker.size(), marker) == 0) {
+        ++n;
+        at += marker.size();
+      } else {
+        ++n;
+        ++at;
+      }
+    }
+    out[static_cast<size_t>(id)] = n;
+  }
+  return out;
+}
+
 std::string tokenizer_train(const TokenizerTrainOptions& o) {
   if (o.vocab_size < 260)
     throw TokenizerError("--vocab-size " + std::to_string(o.vocab_size) +

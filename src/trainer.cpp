@@ -23,6 +23,8 @@
 #include "normlab/evaluate.h"
 #include "normlab/diagnostics.h"
 #include "normlab/file_io.h"
+#include "normlab/tasks.h"
+#include "normlab/tokenizer.h"
 #include "normlab/info.h"
 #include "normlab/loader.h"
 #include "normlab/model.h"
@@ -130,6 +132,19 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
   }
   if (cfg.diagnostics.every > 0 && !diag_batch.inputs.defined())  // no validation split: training samples
     diag_batch = ValLoader(train_data, std::min<int64_t>(cfg.diagnostics.batch, train_data->num_samples())).batch(0);
+  // Per-byte numbers and multiple-choice tasks need the tokenizer; tasks are read before any work.
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (!cfg.data.tokenizer.empty() && fs::exists(cfg.data.tokenizer)) tokenizer = std::make_unique<Tokenizer>(cfg.data.tokenizer);
+  const std::vector<int32_t> token_bytes = tokenizer ? tokenizer->token_byte_lengths() : std::vector<int32_t>{};
+  std::vector<std::pair<std::string, std::vector<McItem>>> tasks;
+  {
+    std::stringstream list(cfg.eval.tasks);
+    for (std::string path; std::getline(list, path, ',');) {
+      if (path.empty()) continue;
+      if (!tokenizer) throw std::invalid_argument("eval.tasks needs data.tokenizer (the model's SentencePiece model)");
+      tasks.emplace_back(fs::path(path).stem().string(), load_mc_task(path));
+    }
+  }
   LoaderOptions lo;
   lo.micro_batch = cfg.train.micro_batch;
   lo.global_batch = cfg.train.global_batch;
@@ -201,6 +216,7 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
 
   TrainSummary sum;
   sum.run_dir = o.run_dir;
+  nlohmann::json final_tasks = nlohmann::json::object();  // the newest multiple-choice accuracies
   auto save = [&](int64_t completed) {
     TrainState s = state_from(spikes, st);
     s.step = completed;
@@ -217,11 +233,20 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
     info("checkpoint " + checkpoint_save(o.run_dir, ck, cfg.checkpoint.keep));
   };
   auto run_eval = [&](int64_t completed, nlohmann::json& line) {
+    for (const auto& [name, items] : tasks) {
+      const McResult r = evaluate_mc(*model, *tokenizer, items, cfg.train.micro_batch, device);
+      line["task_" + name + "_acc"] = r.acc;
+      line["task_" + name + "_acc_norm"] = r.acc_norm;
+      final_tasks[name] = {{"acc", r.acc}, {"acc_norm", r.acc_norm}, {"items", r.items}};
+      info("task " + name + " step " + std::to_string(completed) + ": acc " + std::to_string(r.acc) + ", acc_norm " +
+           std::to_string(r.acc_norm));
+    }
     if (!val) return;
-    const EvalResult r = evaluate(*model, *val, cfg.eval.batches, device, bf16);
+    const EvalResult r = evaluate(*model, *val, cfg.eval.batches, device, bf16, tokenizer ? &token_bytes : nullptr);
     st.last_val_loss = r.loss;
     line["val_loss"] = r.loss;
     line["val_ppl"] = r.perplexity;
+    if (r.bytes > 0) line["val_bits_per_byte"] = r.bits_per_byte;
     info("eval step " + std::to_string(completed) + ": val loss " + std::to_string(r.loss) + ", perplexity " +
          std::to_string(r.perplexity) + " (" + std::to_string(r.tokens) + " tokens)");
   };
@@ -251,7 +276,8 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
                               {"skipped_steps", sum.skipped_steps},
                               {"tokens", sum.tokens},
                               {"wall_seconds", sum.wall_seconds},
-                              {"parameters", counts.total}};
+                              {"parameters", counts.total},
+                              {"tasks", final_tasks}};
     const std::string text = j.dump(2) + "\n";
     write_file_atomic((fs::path(o.run_dir) / "summary.json").string(), [&](FileWriter& w) { w.write(text); });
     return sum;

@@ -5,6 +5,7 @@
 #                              documents separated by blank lines
 #   data/kjv/tokenizer.model   SentencePiece BPE, 4096 pieces, byte fallback
 #   data/kjv/shards/           train and val (2 % of the chapters) token shards + index.json
+#   data/kjv/tasks/            multiple-choice tasks: kjv_next_verse.jsonl, arithmetic.jsonl
 # Usage: tools/prepare_corpus.sh [--force]     (skips work whose outputs exist unless --force)
 # Env:   NORMLAB_BUILD_DIR (default: <repo>/build), NORMLAB_DATA_DIR (default: <repo>/data/kjv)
 set -euo pipefail
@@ -33,5 +34,8 @@ fi
 if ((force)) || [ ! -s "$out/shards/index.json" ]; then
   "$normlab" data prepare --tokenizer "$out/tokenizer.model" --input "$out/corpus.txt" --out "$out/shards" \
     --val-fraction 0.02 --threads 2 --overwrite
+fi
+if ((force)) || [ ! -s "$out/tasks/arithmetic.jsonl" ]; then
+  python3 "$root/tools/make_tasks.py" "$out/corpus.txt" "$out/tasks"
 fi
 "$normlab" data inspect "$out/shards" --seq-len 256

@@ -10,6 +10,7 @@
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
+#include "normlab/kv_cache.h"
 #include "normlab/linear.h"
 #include "normlab/model_config.h"
 #include "normlab/norm.h"
@@ -48,6 +49,9 @@ class AttentionImpl : public torch::nn::Module {
   Norm q_norm{nullptr};  // (D), only with qkv_norm
   Norm k_norm{nullptr};
   Norm v_norm{nullptr};
+
+  /// Incremental decoding (kv_cache.h): while set, forward continues the cached sequence.
+  std::shared_ptr<KVSlot> cache;
 
  private:
   RopeTables rope_;  // cached for the last (T, device, dtype) seen

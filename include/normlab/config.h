@@ -69,6 +69,7 @@ struct EvalConfig {
   int64_t every = 100;             // evaluate every N steps (and at the end); 0: only at the end
   int64_t batches = 0;             // validation batches per evaluation; 0: the whole split
   int64_t micro_batch = 0;         // sequences per validation batch; 0: train.micro_batch
+  std::string tasks;               // multiple-choice task files (tasks.h), comma-separated
 };
 
 struct DiagnosticsConfig {

@@ -53,6 +53,9 @@ class Tokenizer {
   int64_t vocab_size() const;
   int32_t eos_id() const;
   int32_t bos_id() const;
+  /// For every id, the UTF-8 bytes it stands for in text: a byte piece <0xNN> is 1, the word
+  /// marker U+2581 counts as the one space it replaces, control pieces (<unk>, <s>, </s>) 0.
+  std::vector<int32_t> token_byte_lengths() const;
   /// CRC-32 of the model file: the identity recorded in shard indexes.
   uint32_t checksum() const;
   const std::string& path() const;

@@ -18,6 +18,8 @@ const Command kCommands[] = {
   {"train",   "train a model from a YAML config (resumable; checkpoints, metrics, summary)", normlab::cli::setup_train},
   {"sweep",   "learning-rate sweeps over schemes and seeds: child runs, resumable, paper-style table and plots", normlab::cli::setup_sweep},
   {"analyze", "the paper's diagnostics on a checkpoint: stream norms, gradients, gains, logit lens, massive activations, pruning", normlab::cli::setup_analyze},
+  {"eval",    "validation perplexity (per token and per byte) and zero-shot multiple-choice accuracy of a model", normlab::cli::setup_eval},
+  {"generate", "continue a prompt with a trained model (temperature, top-k, top-p, KV cache)", normlab::cli::setup_generate},
   {"export",  "export a checkpoint's model: model.safetensors, config.json, tokenizer", normlab::cli::setup_export},
   {"tokenizer", "train a SentencePiece tokenizer; encode and decode with one", normlab::cli::setup_tokenizer},
   {"data",    "prepare token shards from text (data prepare), check them (data inspect)", normlab::cli::setup_data},
