@@ -4,9 +4,11 @@
 # per byte, task accuracy) giving the same numbers from the run folder and its export,
 # `normlab generate` (greedy: the same text with and without the KV cache; sampling:
 # reproducible by seed), and bad input named.
-# Usage: eval_generate.sh NORMLAB SOURCE_DIR CORPUS_DIR WORK_DIR
+# The export also runs in Python (tools/load_export.py, the independent reference model) and
+# continues the prompt with the same greedy text.
+# Usage: eval_generate.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
 set -euo pipefail
-normlab=$1 src=$2 kjv=$3 work=$4
+normlab=$1 src=$2 kjv=$3 python=$4 work=$5
 rm -rf "$work" && mkdir -p "$work"
 fail() { echo "FAIL: $*"; exit 1; }
 tasks=$kjv/tasks/kjv_next_verse.jsonl,$kjv/tasks/arithmetic.jsonl
@@ -38,6 +40,10 @@ grep -q "^In the beginning" "$work/g1.txt" || fail "the prompt is not echoed"
 "$normlab" "${gen[@]}" --temperature 1 --top-k 50 --top-p 0.9 --seed 3 > "$work/s2.txt"
 cmp "$work/s1.txt" "$work/s2.txt" || fail "sampling with one seed is not reproducible"
 echo "greedy: $(head -c 80 "$work/g1.txt" | tr '\n' ' ')"
+"$normlab" generate --checkpoint "$work/export" --prompt "And God said" --max-tokens 16 --temperature 0 > "$work/g3.txt"
+"$python" "$src/tools/load_export.py" "$work/export" --prompt "And God said" --max-tokens 16 > "$work/g4.txt"
+cmp "$work/g3.txt" "$work/g4.txt" || { cat "$work/g3.txt" "$work/g4.txt"; fail "Python's greedy text differs from normlab's"; }
+echo "python: the export continues the prompt as normlab does"
 
 printf '{"context": "a", "choices": [" b"], "answer": 0}\n' > "$work/bad.jsonl"
 rc=0; "$normlab" eval --checkpoint "$work/run" --tasks "$work/bad.jsonl" > "$work/bad.out" 2>&1 || rc=$?
