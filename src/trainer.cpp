@@ -1,6 +1,7 @@
 // The training loop. Reads top to bottom: set up (device, model, data, optimizer, resume),
 // then per step: micro-batches with gradient accumulation, clipping, the divergence guard,
-// AdamW, spike counting, metrics, evaluation, checkpoints, the stop flag.
+// AdamW, spike counting, metrics, evaluation (and multiple-choice tasks), diagnostics,
+// checkpoints, the stop flag.
 #include "normlab/trainer.h"
 
 #include <ATen/core/Generator.h>
@@ -20,17 +21,17 @@
 #include "normlab/checkpoint.h"
 #include "normlab/config_io.h"
 #include "normlab/device.h"
-#include "normlab/evaluate.h"
 #include "normlab/diagnostics.h"
+#include "normlab/evaluate.h"
 #include "normlab/file_io.h"
-#include "normlab/tasks.h"
-#include "normlab/tokenizer.h"
 #include "normlab/info.h"
 #include "normlab/loader.h"
 #include "normlab/model.h"
 #include "normlab/optimizer.h"
 #include "normlab/schedule.h"
 #include "normlab/stability.h"
+#include "normlab/tasks.h"
+#include "normlab/tokenizer.h"
 #include "normlab/weights.h"
 
 namespace normlab {

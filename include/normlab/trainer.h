@@ -1,8 +1,9 @@
 // The single-process trainer: `normlab train` runs it on a resolved RunConfig.
 //
 // RUN_DIR holds config.yaml (resolved), train.log, metrics.jsonl (one line per step, with the
-// validation numbers on evaluation steps), summary.json (at the end) and checkpoints/
-// (checkpoint.h). A run ends as
+// validation numbers on evaluation steps), diagnostics.jsonl (with diagnostics.every),
+// summary.json (at the end), checkpoints/ (checkpoint.h) and .lock (held while training; a
+// second process on the folder is refused). A run ends as
 //   completed   (exit code 0)  all train.steps done, final evaluation and checkpoint written
 //   diverged    (exit code 3)  a non-finite loss or gradient norm (unless train.skip_nonfinite)
 //   interrupted (exit code 4)  the stop flag was raised (SIGINT/SIGTERM): a checkpoint was saved,
