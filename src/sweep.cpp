@@ -345,6 +345,8 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& o) {
     Launch l;
     l.argv = {o.normlab, "train", "--config", spec.config};
     for (const auto& s : p.overrides) l.argv.insert(l.argv.end(), {"--set", s});
+    // The child sees only its slot's devices, numbered from 0.
+    if (gpu) l.argv.insert(l.argv.end(), {"--set", "train.device=cuda"});
     l.argv.insert(l.argv.end(), {"--out", dir, "--resume"});
     size_t slot = 0;
     while (slot_busy[slot]) ++slot;
