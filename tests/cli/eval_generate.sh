@@ -48,7 +48,8 @@ echo "python: the export continues the prompt as normlab does"
 printf '{"context": "a", "choices": [" b"], "answer": 0}\n' > "$work/bad.jsonl"
 rc=0; "$normlab" eval --checkpoint "$work/run" --tasks "$work/bad.jsonl" > "$work/bad.out" 2>&1 || rc=$?
 [ "$rc" -eq 1 ] && grep -q "bad.jsonl:1: choices" "$work/bad.out" || { cat "$work/bad.out"; fail "bad task file not named"; }
-rc=0; "$normlab" train --config "$src/configs/tiny/lm.yaml" --set "data.train=$kjv/shards" --set "eval.tasks=$work/none.jsonl" \
+rc=0; "$normlab" train --config "$src/configs/tiny/lm.yaml" --set "data.train=$kjv/shards" \
+  --set "data.tokenizer=$kjv/tokenizer.model" --set "eval.tasks=$work/none.jsonl" \
   --out "$work/run2" > "$work/bad2.out" 2>&1 || rc=$?
 [ "$rc" -eq 1 ] && grep -q "none.jsonl" "$work/bad2.out" || { cat "$work/bad2.out"; fail "missing task file not named by train"; }
 [ ! -e "$work/run2/checkpoints" ] || fail "train started despite a missing task file"

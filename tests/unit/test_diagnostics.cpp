@@ -184,7 +184,9 @@ TEST(Diagnostics, LogitLensOfTheLastPreNormLayerIsTheModel) {
         EXPECT_LE(v, 1.0);
       }
     }
-    if (s == Scheme::PreNorm) EXPECT_EQ(r.lens[0].values.back(), 1.0);
+    if (s == Scheme::PreNorm) {
+      EXPECT_EQ(r.lens[0].values.back(), 1.0);
+    }
   }
 }
 
