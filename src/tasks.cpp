@@ -97,11 +97,12 @@ McResult evaluate_mc(DecoderLMImpl& model, const Tokenizer& tok, const std::vect
           .copy_(torch::tensor(std::vector<int64_t>(ids.begin(), ids.end() - 1), torch::kLong));
     }
     const torch::Tensor logp = model.forward(input.to(device)).to(torch::kFloat).log_softmax(-1).cpu();
+    const auto lp = logp.accessor<float, 3>();
     for (size_t k = start; k < end; ++k) {
       const Seq& s = seqs[order[k]];
       double sum = 0.0;
       for (size_t t = s.first_scored; t < s.ids.size(); ++t)  // token t predicted at position t - 1
-        sum += logp[static_cast<int64_t>(k - start)][static_cast<int64_t>(t - 1)][s.ids[t]].item<double>();
+        sum += lp[static_cast<int64_t>(k - start)][static_cast<int64_t>(t - 1)][s.ids[t]];
       r.scores[s.item][s.choice] = sum;
     }
   }
