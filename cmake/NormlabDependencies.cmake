@@ -25,3 +25,13 @@ if(NORMLAB_BUILD_TESTS)
   find_package(GTest CONFIG REQUIRED)
   include(GoogleTest)
 endif()
+# Open MPI: the CPU engine of multi-process training (communicator.h). Optional: without it a
+# build trains in one process and refuses mpirun launches with a clear message.
+find_package(MPI COMPONENTS C QUIET)
+if(MPI_C_FOUND)
+  set(NORMLAB_WITH_MPI ON)
+  find_program(NORMLAB_MPIEXEC NAMES mpirun mpiexec)
+else()
+  set(NORMLAB_WITH_MPI OFF)
+  message(STATUS "normlab: no MPI found: multi-process CPU training disabled (apt install libopenmpi-dev)")
+endif()

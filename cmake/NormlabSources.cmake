@@ -3,6 +3,9 @@
 set(NORMLAB_SOURCES
   attention.cpp
   checkpoint.cpp
+  comm/mpi.cpp
+  comm/nccl.cpp
+  communicator.cpp
   config.cpp
   config_io.cpp
   cpu_allocator.cpp
@@ -12,6 +15,7 @@ set(NORMLAB_SOURCES
   evaluate.cpp
   export.cpp
   file_io.cpp
+  fsdp.cpp
   fused.cpp
   generate.cpp
   info.cpp

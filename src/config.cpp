@@ -51,6 +51,8 @@ void validate(const RunConfig& c) {
   require(c.diagnostics.top_k >= 0, "diagnostics.top_k", c.diagnostics.top_k, "must be >= 0");
   require(c.checkpoint.every >= 0, "checkpoint.every", c.checkpoint.every, "must be >= 0");
   require(c.checkpoint.keep >= 1, "checkpoint.keep", c.checkpoint.keep, "must be at least 1");
+  require(c.distributed.timeout_seconds >= 1, "distributed.timeout_seconds", c.distributed.timeout_seconds,
+          "must be at least 1");
   require(c.logging.every >= 1, "logging.every", c.logging.every, "must be at least 1");
   require(c.logging.level == "debug" || c.logging.level == "info" || c.logging.level == "warn" ||
               c.logging.level == "error",

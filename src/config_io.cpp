@@ -119,6 +119,13 @@ void visit(V& v, LoggingConfig& l) {
 }
 
 template <class V>
+void visit(V& v, DistributedConfig& d) {
+  v("backend", d.backend, "collective engine over several processes: auto = nccl on CUDA, mpi on CPU");
+  v("timeout_seconds", d.timeout_seconds, "a collective that waits longer ends the run with an error naming it");
+  v("reshard_after_forward", d.reshard_after_forward, "FSDP: free each block's gathered weights after its forward (less memory, one more all-gather)");
+}
+
+template <class V>
 void visit(V& v, RunConfig& r) {
   v.section("model", r.model, "architecture and initialisation");
   v.section("data", r.data, "token shards and tokenizer");
@@ -129,6 +136,7 @@ void visit(V& v, RunConfig& r) {
   v.section("diagnostics", r.diagnostics, "the paper's diagnostics during training");
   v.section("checkpoint", r.checkpoint, "checkpoints");
   v.section("logging", r.logging, "console and log output");
+  v.section("distributed", r.distributed, "multi-process training (FSDP, docs/distributed.md)");
 }
 
 // ---- scalar codecs --------------------------------------------------------------------------

@@ -52,7 +52,7 @@ void check_weights(const ModelConfig& cfg, const TensorDict& weights, const std:
 
 std::string export_model(const std::string& source, const std::string& out_dir) {
   const std::string ckpt_dir = checkpoint_of(source);
-  const Checkpoint ck = checkpoint_load(ckpt_dir);
+  const Checkpoint ck = checkpoint_consolidate(ckpt_dir);  // a whole checkpoint loads as it is
   const std::string config_path = (fs::path(ckpt_dir) / "config.yaml").string();
   const RunConfig cfg = config_load(config_path);
   check_weights(cfg.model, ck.model, ckpt_dir);
@@ -138,8 +138,9 @@ LoadedModel load_model(const std::string& source, torch::Device device) {
   }
   m.from = checkpoint_of(source);
   const RunConfig cfg = config_load((fs::path(m.from) / "config.yaml").string());
-  const std::string weights = (fs::path(m.from) / "model.safetensors").string();
-  const TensorDict tensors = safetensors_load(weights).tensors;
+  const bool sharded = checkpoint_world(m.from) > 1;
+  const std::string weights = sharded ? m.from : (fs::path(m.from) / "model.safetensors").string();
+  const TensorDict tensors = sharded ? checkpoint_consolidate(m.from).model : safetensors_load(weights).tensors;
   check_weights(cfg.model, tensors, m.from);
   m.model = DecoderLM(cfg.model, device);
   load_weights(*m.model, tensors, weights);

@@ -31,6 +31,7 @@ torch::Tensor DecoderLMImpl::fuse(const Streams& s) const { return parts_.exit(s
 
 torch::Tensor DecoderLMImpl::hidden(const torch::Tensor& tokens, const Probe& probe, int64_t skip_block) {
   TORCH_CHECK(tokens.dim() == 2, "DecoderLM: tokens must be (B, T), got ", tokens.sizes());
+  if (hooks) hooks->before_forward();
   Streams s = parts_.enter(embed(tokens));
   auto observe = [&](int64_t layer) {
     if (!probe) return;
@@ -39,7 +40,8 @@ torch::Tensor DecoderLMImpl::hidden(const torch::Tensor& tokens, const Probe& pr
   };
   observe(-1);
   for (size_t l = 0; l < scheme_blocks.size(); ++l) {
-    if (static_cast<int64_t>(l) != skip_block) s = scheme_blocks[l]->forward(s);
+    if (static_cast<int64_t>(l) != skip_block)
+      s = hooks ? hooks->run_block(l, *scheme_blocks[l], s) : scheme_blocks[l]->forward(s);
     observe(static_cast<int64_t>(l));
   }
   torch::Tensor z = parts_.exit(s);
@@ -48,7 +50,8 @@ torch::Tensor DecoderLMImpl::hidden(const torch::Tensor& tokens, const Probe& pr
 }
 
 torch::Tensor DecoderLMImpl::forward(const torch::Tensor& tokens, const Probe& probe) {
-  return fused::linear(hidden(tokens, probe), head_weight());
+  torch::Tensor logits = fused::linear(hidden(tokens, probe), head_weight());
+  return hooks ? hooks->after_forward(std::move(logits)) : logits;
 }
 
 LossOutput DecoderLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets,

@@ -13,13 +13,23 @@ bool decays(const std::string& name, const torch::Tensor& p, const OptimizerConf
   return !embedding || cfg.decay_embeddings;
 }
 
+namespace {
+std::vector<OptParam> grouped(const std::vector<std::pair<std::string, torch::Tensor>>& named, const OptimizerConfig& cfg) {
+  std::vector<OptParam> out;
+  for (const auto& [name, p] : named) out.push_back({name, p, decays(name, p, cfg)});
+  return out;
+}
+}  // namespace
+
 AdamW::AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& named_params, const OptimizerConfig& cfg)
-    : cfg_(cfg) {
+    : AdamW(grouped(named_params, cfg), cfg) {}
+
+AdamW::AdamW(const std::vector<OptParam>& params, const OptimizerConfig& cfg) : cfg_(cfg) {
   groups_.resize(2);
   groups_[0].weight_decay = cfg.weight_decay;
   groups_[1].weight_decay = 0.0;
-  for (const auto& [name, p] : named_params) {
-    Group& g = groups_[decays(name, p, cfg) ? 0 : 1];
+  for (const auto& [name, p, decay] : params) {
+    Group& g = groups_[decay ? 0 : 1];
     g.names.push_back(name);
     g.params.push_back(p);
     g.exp_avg.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
@@ -70,6 +80,14 @@ void AdamW::step_reference(Group& g, double lr) {
     const torch::Tensor denom = (g.exp_avg_sq[i].sqrt() / std::sqrt(bias2)).add_(cfg_.eps);
     p.addcdiv_(g.exp_avg[i], denom, -lr / bias1);
   }
+}
+
+int64_t AdamW::state_bytes() const {
+  int64_t bytes = 0;
+  for (const Group& g : groups_)
+    for (size_t i = 0; i < g.params.size(); ++i)
+      bytes += static_cast<int64_t>(g.exp_avg[i].nbytes() + g.exp_avg_sq[i].nbytes() + g.steps[i].nbytes());
+  return bytes;
 }
 
 TensorDict AdamW::state() const {

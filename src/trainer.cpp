@@ -19,11 +19,13 @@
 
 #include "normlab/autocast.h"
 #include "normlab/checkpoint.h"
+#include "normlab/communicator.h"
 #include "normlab/config_io.h"
 #include "normlab/device.h"
 #include "normlab/diagnostics.h"
 #include "normlab/evaluate.h"
 #include "normlab/file_io.h"
+#include "normlab/fsdp.h"
 #include "normlab/info.h"
 #include "normlab/loader.h"
 #include "normlab/model.h"
@@ -81,6 +83,24 @@ void check_resumable(const RunConfig& now, const std::string& saved_config_path,
   if (!other.empty() && log) log->warn("resuming with changed settings:" + other);
 }
 
+// One rank's evaluation numbers -> the numbers over all ranks' batches.
+EvalResult combine(EvalResult r, Communicator& comm) {
+  torch::Tensor t = torch::tensor({r.loss * static_cast<double>(r.tokens), static_cast<double>(r.tokens),
+                                   static_cast<double>(r.bytes), static_cast<double>(r.batches)}, torch::kDouble);
+  comm.all_reduce(t, ReduceOp::Sum);
+  const double total = t[0].item<double>();
+  r.tokens = static_cast<int64_t>(t[1].item<double>());
+  r.bytes = static_cast<int64_t>(t[2].item<double>());
+  r.batches = static_cast<int64_t>(t[3].item<double>());
+  r.loss = r.tokens > 0 ? total / static_cast<double>(r.tokens) : 0.0;
+  r.perplexity = std::exp(r.loss);
+  if (r.bytes > 0) {
+    r.byte_perplexity = std::exp(total / static_cast<double>(r.bytes));
+    r.bits_per_byte = total / (static_cast<double>(r.bytes) * std::log(2.0));
+  }
+  return r;
+}
+
 TrainState state_from(const SpikeDetector& spikes, TrainState st) {
   st.spike_window = spikes.window();
   st.spikes = spikes.spikes();
@@ -92,20 +112,31 @@ TrainState state_from(const SpikeDetector& spikes, TrainState st) {
 TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
   Logger* log = o.logger;
   auto info = [&](const std::string& m) { if (log) log->info(m); };
+  SingleProcess single;
+  Communicator& comm = o.comm ? *o.comm : single;
+  const int64_t rank = comm.rank(), world = comm.world();
+  const bool sharded = world > 1, lead = rank == 0;
+  if (sharded && cfg.diagnostics.every > 0)
+    throw std::invalid_argument("diagnostics.every = " + std::to_string(cfg.diagnostics.every) +
+                                ": the diagnostics need a single process (run `normlab analyze` on a checkpoint)");
 
   // ---- run folder ----------------------------------------------------------------------------
   if (o.run_dir.empty()) throw std::invalid_argument("train: no run folder (--out)");
   fs::create_directories(o.run_dir);
   // One process per run folder: a second `normlab train` on it (or a sweep relaunching a point
-  // whose killed predecessor is still exiting) stops here instead of interleaving writes.
-  const FileLock lock((fs::path(o.run_dir) / ".lock").string(), "a normlab train runs there");
+  // whose killed predecessor is still exiting) stops here instead of interleaving writes. In a
+  // multi-process run rank 0 holds it for all.
+  std::unique_ptr<FileLock> run_lock;
+  if (lead) run_lock = std::make_unique<FileLock>((fs::path(o.run_dir) / ".lock").string(), "a normlab train runs there");
   const auto latest = checkpoint_latest(o.run_dir);
   if (latest && !o.resume)
     throw std::invalid_argument(o.run_dir + " already holds checkpoints (newest " + fs::path(*latest).filename().string() +
                                 "): pass --resume to continue that run, or choose another --out");
 
   // ---- model, data, optimizer ---------------------------------------------------------------
-  const torch::Device device = resolve_device(cfg.train.device);
+  torch::Device device = resolve_device(cfg.train.device);
+  if (device.is_cuda() && o.device_index >= 0 && cfg.train.device.find(':') == std::string::npos)
+    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(o.device_index));
   const bool bf16 = device.is_cuda() && cfg.train.precision != Precision::Fp32;
   if (cfg.train.precision == Precision::Bf16 && !device.is_cuda())
     throw std::invalid_argument("train.precision = bf16 needs a CUDA device (train.device = " + cfg.train.device + ")");
@@ -124,7 +155,8 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
       check_vocabulary(vidx, val_dir, cfg.model.vocab_size, cfg.data.tokenizer);
       const auto val_data = std::make_shared<TokenDataset>(val_dir, "val", cfg.data.seq_len);
       const int64_t vb = cfg.eval.micro_batch > 0 ? cfg.eval.micro_batch : cfg.train.micro_batch;
-      val = std::make_unique<ValLoader>(val_data, std::min<int64_t>(vb, val_data->num_samples()));
+      val = std::make_unique<ValLoader>(val_data, std::min<int64_t>(vb, std::max<int64_t>(val_data->num_samples() / world, 1)),
+                                        rank, world);
       if (cfg.diagnostics.every > 0)
         diag_batch = ValLoader(val_data, std::min<int64_t>(cfg.diagnostics.batch, val_data->num_samples())).batch(0);
     } else if (log) {
@@ -150,25 +182,65 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
   lo.micro_batch = cfg.train.micro_batch;
   lo.global_batch = cfg.train.global_batch;
   lo.seed = cfg.train.seed;
+  lo.rank = rank;
+  lo.world_size = world;
+  if (cfg.train.global_batch % (cfg.train.micro_batch * world) != 0)
+    throw std::invalid_argument("train.global_batch = " + std::to_string(cfg.train.global_batch) +
+                                " must be a multiple of train.micro_batch x world size = " +
+                                std::to_string(cfg.train.micro_batch) + " x " + std::to_string(world));
   const TrainLoader loader(train_data, lo);
 
-  torch::manual_seed(cfg.train.seed);
+  torch::manual_seed(cfg.train.seed);  // the same initial weights on every rank
   DecoderLM model(cfg.model, device);
-  std::vector<std::pair<std::string, torch::Tensor>> named;
   std::vector<torch::Tensor> params;
-  for (const auto& p : model->named_parameters()) {
-    named.emplace_back(p.key(), p.value());
-    params.push_back(p.value());
+  int64_t n_params = 0;
+  for (const auto& p : model->parameters()) {
+    params.push_back(p);
+    n_params += p.numel();
   }
-  AdamW opt(named, cfg.optimizer);
+  std::unique_ptr<Fsdp> fsdp;
+  std::unique_ptr<AdamW> opt_holder;
+  if (sharded) {
+    FsdpOptions fo;
+    fo.reshard_after_forward = cfg.distributed.reshard_after_forward;
+    fsdp = std::make_unique<Fsdp>(model, comm, fo, cfg.optimizer);
+    std::vector<OptParam> pieces;
+    for (const ShardPiece& p : fsdp->pieces()) pieces.push_back({p.name, p.param, p.decay});
+    opt_holder = std::make_unique<AdamW>(pieces, cfg.optimizer);
+  } else {
+    std::vector<std::pair<std::string, torch::Tensor>> named;
+    for (const auto& p : model->named_parameters()) named.emplace_back(p.key(), p.value());
+    opt_holder = std::make_unique<AdamW>(named, cfg.optimizer);
+  }
+  AdamW& opt = *opt_holder;
   SpikeDetector spikes(cfg.train.spike_window, cfg.train.spike_sigma);
   TrainState st;
 
   if (o.resume && latest) {
-    check_resumable(cfg, (fs::path(*latest) / "config.yaml").string(), log);
-    const Checkpoint ck = checkpoint_load(*latest);
-    load_weights(*model, ck.model, ck.path);
-    opt.load_state(ck.optimizer);
+    check_resumable(cfg, (fs::path(*latest) / "config.yaml").string(), lead ? log : nullptr);
+    const int64_t saved_world = checkpoint_world(*latest);
+    if (saved_world > 1 && saved_world != world)
+      throw std::invalid_argument(*latest + " was written by " + std::to_string(saved_world) + " ranks and this run has " +
+                                  std::to_string(world) + ": join its shards with `normlab checkpoint consolidate " +
+                                  *latest + " --out NEW_RUN_DIR`, then resume NEW_RUN_DIR on any number of ranks");
+    const Checkpoint ck = checkpoint_load(*latest, rank);
+    if (!sharded) {
+      load_weights(*model, ck.model, ck.path);
+      opt.load_state(ck.optimizer);
+    } else if (ck.world == 1) {  // a whole checkpoint: take this rank's slices
+      fsdp->load_full(ck.model, ck.path);
+      opt.load_state(fsdp->slice_state(ck.optimizer));
+    } else {
+      torch::NoGradGuard no_grad;
+      for (const ShardPiece& p : fsdp->pieces()) {
+        const auto it = ck.model.find(p.name);
+        if (it == ck.model.end() || it->second.numel() != p.param.numel() || ck.starts.at(p.name) != p.start)
+          throw std::invalid_argument(ck.path + ": rank " + std::to_string(rank) + "'s piece of '" + p.name +
+                                      "' is missing or has another size");
+        p.param.copy_(it->second.reshape(-1));
+      }
+      opt.load_state(ck.optimizer);
+    }
     {
       at::Generator gen = at::detail::getDefaultCPUGenerator();
       std::lock_guard<std::mutex> lock(gen.mutex());
@@ -179,7 +251,7 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
     info("resumed from " + ck.path + " at step " + std::to_string(st.step));
   }
   const std::string config_yaml = config_to_yaml(cfg);
-  write_file_atomic((fs::path(o.run_dir) / "config.yaml").string(), [&](FileWriter& w) { w.write(config_yaml); });
+  if (lead) write_file_atomic((fs::path(o.run_dir) / "config.yaml").string(), [&](FileWriter& w) { w.write(config_yaml); });
 
   // metrics.jsonl and diagnostics.jsonl keep the lines of the steps before the resume point.
   auto keep_lines_up_to = [&](const std::string& path) {
@@ -193,9 +265,11 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
     }
     write_file_atomic(path, [&](FileWriter& w) { w.write(kept); });
   };
+  // Only rank 0 writes the run folder's files (a stream of other ranks writes nowhere).
   const std::string metrics_path = (fs::path(o.run_dir) / "metrics.jsonl").string();
-  keep_lines_up_to(metrics_path);
-  std::ofstream metrics(metrics_path, std::ios::app);
+  if (lead) keep_lines_up_to(metrics_path);
+  std::ofstream metrics;
+  if (lead) metrics.open(metrics_path, std::ios::app);
   std::ofstream diagnostics;
   if (cfg.diagnostics.every > 0) {
     const std::string path = (fs::path(o.run_dir) / "diagnostics.jsonl").string();
@@ -213,7 +287,9 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
   info("model " + std::string(enum_name(cfg.model.scheme)) + ": " + std::to_string(counts.total) + " parameters on " +
        device.str() + (bf16 ? " (bf16 autocast)" : " (fp32)") + "; " + std::to_string(cfg.train.steps) + " steps of " +
        std::to_string(cfg.train.global_batch) + " x " + std::to_string(cfg.data.seq_len) + " tokens (" +
-       std::to_string(loader.micro_steps()) + " micro-steps); run folder " + o.run_dir);
+       std::to_string(loader.micro_steps()) + " micro-steps" +
+       (sharded ? " on each of " + std::to_string(world) + " ranks, FSDP over " + comm.backend() : "") + "); run folder " +
+       o.run_dir);
 
   TrainSummary sum;
   sum.run_dir = o.run_dir;
@@ -222,7 +298,6 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
     TrainState s = state_from(spikes, st);
     s.step = completed;
     Checkpoint ck;
-    ck.model = weights_of(*model);
     ck.optimizer = opt.state();
     {
       at::Generator gen = at::detail::getDefaultCPUGenerator();
@@ -231,7 +306,19 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
     }
     ck.state = s;
     ck.config_yaml = config_yaml;
-    info("checkpoint " + checkpoint_save(o.run_dir, ck, cfg.checkpoint.keep));
+    if (!sharded) {
+      ck.model = weights_of(*model);
+      info("checkpoint " + checkpoint_save(o.run_dir, ck, cfg.checkpoint.keep));
+      return;
+    }
+    ck.model = fsdp->local_weights();
+    ck.world = world;
+    ck.rank = rank;
+    for (const ShardPiece& p : fsdp->pieces()) {
+      ck.starts[p.name] = p.start;
+      ck.shapes[p.name] = p.shape;
+    }
+    info("checkpoint " + checkpoint_save_sharded(o.run_dir, ck, cfg.checkpoint.keep, [&] { comm.barrier(); }));
   };
   auto run_eval = [&](int64_t completed, nlohmann::json& line) {
     for (const auto& [name, items] : tasks) {
@@ -243,7 +330,10 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
            std::to_string(r.acc_norm));
     }
     if (!val) return;
-    const EvalResult r = evaluate(*model, *val, cfg.eval.batches, device, bf16, tokenizer ? &token_bytes : nullptr);
+    // eval.batches counts batches over all ranks.
+    const int64_t batches = cfg.eval.batches > 0 ? std::max<int64_t>(cfg.eval.batches / world, 1) : 0;
+    EvalResult r = evaluate(*model, *val, batches, device, bf16, tokenizer ? &token_bytes : nullptr);
+    if (sharded) r = combine(r, comm);
     st.last_val_loss = r.loss;
     line["val_loss"] = r.loss;
     line["val_ppl"] = r.perplexity;
@@ -263,7 +353,7 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
     sum.tokens = st.tokens;
     sum.wall_seconds = st.wall_seconds;
     auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
-    const nlohmann::json j = {{"status", std::string(enum_name(status))},
+    nlohmann::json j = {{"status", std::string(enum_name(status))},
                               {"exit_code", exit_code(status)},
                               {"scheme", std::string(enum_name(cfg.model.scheme))},
                               {"steps", sum.steps},
@@ -279,8 +369,13 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
                               {"wall_seconds", sum.wall_seconds},
                               {"parameters", counts.total},
                               {"tasks", final_tasks}};
+    if (sharded) {
+      j["world_size"] = world;
+      j["rank_state_bytes"] = sum.rank_state_bytes;
+      j["unsharded_state_bytes"] = sum.unsharded_state_bytes;
+    }
     const std::string text = j.dump(2) + "\n";
-    write_file_atomic((fs::path(o.run_dir) / "summary.json").string(), [&](FileWriter& w) { w.write(text); });
+    if (lead) write_file_atomic((fs::path(o.run_dir) / "summary.json").string(), [&](FileWriter& w) { w.write(text); });
     return sum;
   };
 
@@ -293,6 +388,7 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
     const auto t0 = Clock::now();
     const double lr = lr_at(cfg.scheduler, cfg.optimizer.lr, s, cfg.train.steps);
     model->zero_grad(/*set_to_none=*/true);
+    if (fsdp) fsdp->zero_grad();
     torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device).dtype(torch::kFloat));
     const double scale = 1.0 / static_cast<double>(loader.micro_steps());
     for (int64_t m = 0; m < loader.micro_steps(); ++m) {
@@ -304,10 +400,12 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
                           cfg.train.z_loss);
       }
       (out.loss * scale).backward();
+      if (fsdp) fsdp->finish_backward();
       loss_sum.add_(out.ce.detach().to(torch::kFloat), scale);
     }
-    const double loss = loss_sum.item<double>();
-    const double grad_norm = clip_grad_norm(params, cfg.optimizer.grad_clip);
+    const double loss = sharded ? comm.sum(loss_sum.item<double>()) / static_cast<double>(world) : loss_sum.item<double>();
+    const double grad_norm = fsdp ? fsdp->clip_grad_norm(cfg.optimizer.grad_clip)
+                                  : clip_grad_norm(params, cfg.optimizer.grad_clip);
     const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
     const int64_t completed = s + 1;
     nlohmann::json line = {{"step", completed}, {"lr", lr}};
@@ -317,7 +415,7 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
     if (!finite && !cfg.train.skip_nonfinite) {
       st.wall_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
       line["diverged"] = true;
-      metrics << line.dump() << "\n" << std::flush;
+      if (lead) metrics << line.dump() << "\n" << std::flush;
       sum.diverged_at = completed;
       if (log) log->error("diverged at step " + std::to_string(completed) + ": loss " + std::to_string(loss) +
                           ", gradient norm " + std::to_string(grad_norm));
@@ -368,9 +466,21 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
       line["diagnostics_seconds"] = secs;
       st.wall_seconds += secs;
     }
-    metrics << line.dump() << "\n" << std::flush;
+    if (lead) metrics << line.dump() << "\n" << std::flush;
+    if (sharded && sum.unsharded_state_bytes == 0) {  // at rest after the first step: measured, logged once
+      sum.rank_state_bytes = static_cast<int64_t>(comm.max(static_cast<double>(fsdp->resident_bytes() + opt.state_bytes())));
+      sum.unsharded_state_bytes = n_params * 16;  // fp32 parameter, gradient, two moments
+      char msg[200];
+      std::snprintf(msg, sizeof msg, "fsdp: at most %.3f MB of parameters, gradients and optimizer state per rank = %.4f of one unsharded process (%.3f MB); 1/%lld = %.4f",
+                    sum.rank_state_bytes / 1e6, static_cast<double>(sum.rank_state_bytes) / static_cast<double>(sum.unsharded_state_bytes),
+                    sum.unsharded_state_bytes / 1e6, static_cast<long long>(world), 1.0 / static_cast<double>(world));
+      info(msg);
+    }
 
-    const bool stop = (o.stop && o.stop->load()) || (o.stop_after > 0 && completed - first_step >= o.stop_after);
+    // Any rank's signal stops every rank after this same step.
+    bool stop_flag = o.stop && o.stop->load();
+    if (sharded) stop_flag = comm.max(stop_flag ? 1.0 : 0.0) > 0.0;
+    const bool stop = stop_flag || (o.stop_after > 0 && completed - first_step >= o.stop_after);
     if (last || stop || (cfg.checkpoint.every > 0 && completed % cfg.checkpoint.every == 0)) save(completed);
     if (stop && !last) {
       info("stopped at step " + std::to_string(completed) + "; continue with --resume");

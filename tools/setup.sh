@@ -29,6 +29,7 @@ packages=(
   libgtest-dev libgmock-dev                               # tests
   libcli11-dev nlohmann-json3-dev                         # CLI, JSON
   zlib1g-dev                                              # gzip input
+  libopenmpi-dev openmpi-bin                              # multi-process training on CPU (mpirun)
   bible-kjv                                               # the built-in default corpus
   python3 python3-venv                                    # venv for torch and the references
 )

@@ -4,9 +4,17 @@
 //   step-00000100/optimizer.safetensors  AdamW moments and step counts, RNG states
 //   step-00000100/state.json             loop state: next step, tokens, spike window, ...
 //   step-00000100/config.yaml            the resolved configuration of the run
+// A sharded checkpoint (FSDP over W ranks, fsdp.h) has one pair of files per rank instead of
+// model/optimizer.safetensors:
+//   step-00000100/model.rank-00001-of-00002.safetensors      rank 1's pieces of every parameter
+//   step-00000100/optimizer.rank-00001-of-00002.safetensors  its AdamW state and the RNG
+// with each piece's start and its parameter's shape in the model file's metadata, and
+// "world_size" in state.json. checkpoint_consolidate joins the pieces into a whole checkpoint.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,16 +42,37 @@ struct Checkpoint {
   TensorDict optimizer;  // includes "rng.cpu" (and "rng.cuda" on GPU runs)
   TrainState state;
   std::string config_yaml;
+  // Sharded (world > 1): model and optimizer hold this rank's pieces (1-D); the exp_avg.* and
+  // exp_avg_sq.* entries of the optimizer are pieces of the parameter they name.
+  int64_t world = 1;
+  int64_t rank = 0;
+  std::map<std::string, int64_t> starts;                // piece start in the flattened parameter
+  std::map<std::string, std::vector<int64_t>> shapes;   // the whole parameter's shape
 };
 
 /// Writes RUN_DIR/checkpoints/step-<step> atomically, then deletes all but the newest `keep`.
 /// Returns the folder.
 std::string checkpoint_save(const std::string& run_dir, const Checkpoint& ckpt, int64_t keep);
 
+/// Every rank of a sharded run calls this with its own pieces (ckpt.world, ckpt.rank, starts,
+/// shapes); `barrier` synchronises all ranks (it is called three times). Rank 0 writes
+/// state.json and config.yaml, renames the folder and prunes old checkpoints.
+std::string checkpoint_save_sharded(const std::string& run_dir, const Checkpoint& ckpt, int64_t keep,
+                                    const std::function<void()>& barrier);
+
+/// The world size a checkpoint folder was written with (1: whole, not sharded).
+int64_t checkpoint_world(const std::string& dir);
+
 /// The newest complete checkpoint folder of a run, if any.
 std::optional<std::string> checkpoint_latest(const std::string& run_dir);
 
-/// Loads a checkpoint folder; errors name the folder and the file.
-Checkpoint checkpoint_load(const std::string& dir);
+/// Loads a checkpoint folder; errors name the folder and the file. A sharded folder loads
+/// rank `rank`'s files (its world size is in the result).
+Checkpoint checkpoint_load(const std::string& dir, int64_t rank = 0);
+
+/// A whole (world 1) checkpoint from a sharded one: every parameter and moment joined from its
+/// pieces in rank order, the rest (step counts, RNG) from the lowest rank holding it. Throws
+/// std::runtime_error naming the folder when pieces are missing or do not add up.
+Checkpoint checkpoint_consolidate(const std::string& dir);
 
 }  // namespace normlab

@@ -14,6 +14,7 @@ namespace normlab {
 
 enum class ScheduleKind { Cosine, Linear, Wsd, Constant };
 enum class Precision { Auto, Bf16, Fp32 };
+enum class CommBackend { Auto, Mpi, Nccl };
 
 // clang-format off
 template <> struct EnumNames<ScheduleKind> {
@@ -24,6 +25,10 @@ template <> struct EnumNames<ScheduleKind> {
 template <> struct EnumNames<Precision> {
   static constexpr NameRow<Precision> rows[] = {
     {Precision::Auto, "auto"}, {Precision::Bf16, "bf16"}, {Precision::Fp32, "fp32"}};
+};
+template <> struct EnumNames<CommBackend> {
+  static constexpr NameRow<CommBackend> rows[] = {
+    {CommBackend::Auto, "auto"}, {CommBackend::Mpi, "mpi"}, {CommBackend::Nccl, "nccl"}};
 };
 // clang-format on
 
@@ -89,6 +94,12 @@ struct LoggingConfig {
   std::string level = "info";      // debug, info, warn, error
 };
 
+struct DistributedConfig {
+  CommBackend backend = CommBackend::Auto;  // auto: nccl on CUDA, mpi on CPU (docs/distributed.md)
+  int64_t timeout_seconds = 600;            // a collective waiting longer ends the run with an error
+  bool reshard_after_forward = true;        // FSDP: free each block's gathered weights after its forward
+};
+
 struct RunConfig {
   ModelConfig model;
   DataConfig data;
@@ -99,6 +110,7 @@ struct RunConfig {
   DiagnosticsConfig diagnostics;
   CheckpointConfig checkpoint;
   LoggingConfig logging;
+  DistributedConfig distributed;
 };
 
 /// Cross-field checks of a whole run (each section's own, then their combinations); throws

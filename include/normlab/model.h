@@ -27,6 +27,16 @@ struct LossOutput {
   torch::Tensor logits;  // (B, T, V)
 };
 
+/// A layer applied to a built model (FSDP, fsdp.h) sees its forward pass through these: before
+/// the embedding, around each block, and on the logits. The defaults do nothing.
+class ForwardHooks {
+ public:
+  virtual ~ForwardHooks() = default;
+  virtual void before_forward() {}
+  virtual Streams run_block(size_t layer, SchemeBlockImpl& block, const Streams& in) { return block.forward(in); }
+  virtual torch::Tensor after_forward(torch::Tensor logits) { return logits; }
+};
+
 class DecoderLMImpl : public torch::nn::Module {
  public:
   /// Builds and initialises the model with its parameters created on `device` (the meta device
@@ -53,6 +63,7 @@ class DecoderLMImpl : public torch::nn::Module {
   torch::nn::ModuleList blocks{nullptr};
   Linear head{nullptr};  // untied only
   std::vector<std::shared_ptr<SchemeBlockImpl>> scheme_blocks;  // the same blocks, typed
+  ForwardHooks* hooks = nullptr;  // set by a layer that wraps the model (owned by it); none: plain
 
  private:
   SchemeParts parts_;  // enter/exit of the scheme (its blocks live in scheme_blocks)

@@ -20,9 +20,20 @@ namespace normlab {
 /// Whether parameter `name` of shape `p` is in the weight-decay group.
 bool decays(const std::string& name, const torch::Tensor& p, const OptimizerConfig& cfg);
 
+/// A tensor to optimize, its name in the state, and its group (FSDP passes shard pieces,
+/// whose group is decided on the whole parameter).
+struct OptParam {
+  OptParam(std::string n, torch::Tensor p, bool d) : name(std::move(n)), param(std::move(p)), decay(d) {}
+  std::string name;
+  torch::Tensor param;
+  bool decay;
+};
+
 class AdamW {
  public:
+  /// Groups by decays().
   AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& named_params, const OptimizerConfig& cfg);
+  AdamW(const std::vector<OptParam>& params, const OptimizerConfig& cfg);
 
   /// One update at learning rate `lr` from the parameters' .grad (parameters without a
   /// gradient are left alone).
@@ -40,6 +51,8 @@ class AdamW {
     std::vector<torch::Tensor> params, exp_avg, exp_avg_sq, steps;  // steps: fp32 scalars (fused API)
   };
   const std::vector<Group>& groups() const { return groups_; }
+  /// Bytes of the moments and step counts.
+  int64_t state_bytes() const;
 
  private:
   void step_reference(Group& g, double lr);

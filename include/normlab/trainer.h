@@ -8,6 +8,10 @@
 //   diverged    (exit code 3)  a non-finite loss or gradient norm (unless train.skip_nonfinite)
 //   interrupted (exit code 4)  the stop flag was raised (SIGINT/SIGTERM): a checkpoint was saved,
 //                              `--resume` continues exactly where it stopped
+// With a communicator of world W > 1 the same loop runs on every rank over an Fsdp-wrapped
+// model: each rank reads its slice of every global batch, losses and evaluation numbers are
+// averaged over ranks, the stop flag is agreed on (any rank's signal stops all after the same
+// step), and checkpoints are sharded (checkpoint.h).
 #pragma once
 
 #include <atomic>
@@ -31,8 +35,14 @@ template <> struct EnumNames<RunStatus> {
 /// The process exit code of a run that ended with `status`.
 int exit_code(RunStatus status);
 
+class Communicator;
+
 struct TrainOptions {
   std::string run_dir;
+  Communicator* comm = nullptr;              // world > 1: FSDP over these ranks (fsdp.h); rank 0
+                                             // writes the run folder's files. none: one process
+  int device_index = -1;                     // train.device cuda/auto without an index: this GPU
+                                             // (the launcher's local rank); -1: GPU 0
   bool resume = false;                       // continue from the newest checkpoint of run_dir
   const std::atomic<bool>* stop = nullptr;   // raised by a signal handler: checkpoint and stop
   int64_t stop_after = 0;                    // > 0: checkpoint and stop (interrupted) after this many
@@ -53,6 +63,10 @@ struct TrainSummary {
   uint64_t tokens = 0;
   double wall_seconds = 0.0;
   std::string run_dir;
+  // FSDP runs: the most bytes of parameters, gradients and optimizer state any rank holds
+  // between steps (measured from the tensors), and the same for one unsharded process.
+  int64_t rank_state_bytes = 0;
+  int64_t unsharded_state_bytes = 0;
 };
 
 /// Runs (or resumes) training; throws on bad input (config, data, run folder).

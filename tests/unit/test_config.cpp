@@ -105,7 +105,7 @@ TEST(Config, RejectsBadInputNamingTheSourceAndKey) {
       {"", {"model"}, "--set model: expected section.key=value"},
       {"", {"train.stepz=3"}, "--set train.stepz=3: train.stepz: unknown key (did you mean 'train.steps'?)"},
       {"", {"optimizer.lr.x=3"}, "--set optimizer.lr.x=3: optimizer.lr: expected a number, got a map"},
-      {"", {"zz.yy=1"}, "zz: unknown key (valid keys here: model, data, optimizer, scheduler, train, eval, diagnostics, checkpoint, logging)"},
+      {"", {"zz.yy=1"}, "zz: unknown key (valid keys here: model, data, optimizer, scheduler, train, eval, diagnostics, checkpoint, logging, distributed)"},
   };
   for (const Case& c : cases) {
     const std::string err = error_of(c.file.empty() ? "" : dir / c.file, c.overrides);

@@ -1,16 +1,25 @@
 // normlab train --config X.yaml [--set k=v ...] [--out RUN_DIR] [--resume]
 // SIGINT/SIGTERM: the first one finishes the current step, saves a checkpoint and exits with
 // code 4 (resumable); a second one ends the process at once (checkpoints are atomic).
+// Under mpirun, srun or torchrun every process runs this with the same arguments: the
+// launcher's variables make it one rank of an FSDP run (docs/distributed.md).
+#include <unistd.h>
+
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
 
 #include "command.h"
 #include "python_tool.h"
+#include "normlab/communicator.h"
 #include "normlab/config_io.h"
 #include "normlab/cpu_allocator.h"
 #include "normlab/log.h"
 #include "normlab/trainer.h"
+
+#include <torch/cuda.h>
 
 namespace normlab::cli {
 namespace {
@@ -22,6 +31,16 @@ extern "C" void on_signal(int sig) {
     std::signal(sig, SIG_DFL);
     std::raise(sig);
   }
+}
+
+std::map<std::string, std::string> environment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e;
+    const size_t eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
 }
 
 }  // namespace
@@ -48,8 +67,12 @@ Runner setup_train(CLI::App& sub) {
     std::string out = o->out;
     if (out.empty())
       out = "runs/" + std::filesystem::path(o->config).stem().string() + "-" + std::string(enum_name(cfg.model.scheme));
+    const DistEnv env = dist_env_from(environment());
     std::filesystem::create_directories(out);
-    Logger log("train", log_level_from_string(cfg.logging.level), (std::filesystem::path(out) / "train.log").string());
+    // Rank 0 logs to the console and train.log; the other ranks only their errors.
+    Logger log = env.rank == 0
+                     ? Logger("train", log_level_from_string(cfg.logging.level), (std::filesystem::path(out) / "train.log").string())
+                     : Logger("train.rank" + std::to_string(env.rank), LogLevel::Error);
     // CPU tensors of a step are reallocated with the same sizes every step: reuse them
     // instead of returning them to the kernel (docs/training.md, "Speed").
     // Never destroyed: tensors freed during static destruction at exit still return to it.
@@ -63,7 +86,27 @@ Runner setup_train(CLI::App& sub) {
     opts.stop = &g_stop;
     opts.stop_after = o->stop_after;
     opts.logger = &log;
-    const TrainSummary s = train(cfg, opts);
+    std::unique_ptr<Communicator> comm;
+    TrainSummary s;
+    try {
+      CommOptions co;
+      co.backend = cfg.distributed.backend;
+      co.timeout = std::chrono::seconds(cfg.distributed.timeout_seconds);
+      const std::string dev = cfg.train.device == "auto" ? (torch::cuda::is_available() ? "cuda" : "cpu") : cfg.train.device;
+      torch::Device device(dev);
+      if (device.is_cuda() && !device.has_index()) device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+      comm = make_communicator(env, co, device);
+      opts.comm = comm.get();
+      opts.device_index = env.local_rank;
+      s = train(cfg, opts);
+    } catch (const std::exception& e) {
+      if (env.world == 1) throw;
+      // One rank failing must end the job: exit without finalizing the engine (a finalize would
+      // wait for peers that are blocked in a collective); the launcher stops the others.
+      std::cerr << "normlab train: rank " << env.rank << " of " << env.world << ": error: " << e.what() << std::endl;
+      std::_Exit(1);
+    }
+    if (env.rank != 0) return exit_code(s.status);
     std::cout << "run " << enum_name(s.status) << " after " << s.steps << " steps";
     if (s.diverged_at >= 0) std::cout << " (diverged at step " << s.diverged_at << ")";
     if (s.val_perplexity >= 0) std::cout << ": validation loss " << s.final_val_loss << ", perplexity " << s.val_perplexity;

@@ -18,6 +18,7 @@ struct Command {
 };
 
 Runner setup_analyze(CLI::App& sub);
+Runner setup_checkpoint(CLI::App& sub);
 Runner setup_config(CLI::App& sub);
 Runner setup_data(CLI::App& sub);
 Runner setup_eval(CLI::App& sub);

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# FSDP over Open MPI on CPU, as a user launches it (mpirun -n W normlab train ...), against one
+# process with the same global batch:
+#   1. W = 2 and W = 3 (uneven shards): the same losses at every step (1e-5 relative) and, after
+#      consolidating the last checkpoint, the same parameters as the single process;
+#   2. each rank holds at most 1/W + 5 % of the unsharded parameter + gradient + optimizer bytes;
+#   3. a sharded run stopped at step 10 and resumed gives bitwise the same losses;
+#   4. the step-10 checkpoint of W = 2, consolidated, resumed on 3 ranks and on 1 gives the same
+#      step-11 loss as the uninterrupted W = 2 run;
+#   5. kill -9 of one rank, or a rank that hangs (SIGSTOP), ends the job non-zero with an error
+#      within the configured timeout.
+# Run by CTest (label dist) on the built-in corpus fixture.
+# Usage: fsdp.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR   (env NORMLAB_MPIRUN: mpirun)
+set -euo pipefail
+normlab=$1 src=$2 kjv=$3 python=$4 work=$5
+mpirun=${NORMLAB_MPIRUN:-mpirun}
+command -v "$mpirun" >/dev/null || { echo "SKIP: no mpirun (install openmpi-bin: tools/setup.sh)"; exit 77; }
+rm -rf "$work" && mkdir -p "$work"
+export OMP_NUM_THREADS=1
+mpi=("$mpirun" --oversubscribe --allow-run-as-root --bind-to none -x OMP_NUM_THREADS --mca btl self,vader)
+args=(--config "$src/configs/tiny/lm.yaml" --set "data.train=$kjv/shards" --set "data.tokenizer=$kjv/tokenizer.model"
+      --set train.steps=20 --set train.global_batch=12 --set train.micro_batch=2 --set eval.every=0
+      --set eval.batches=6 --set checkpoint.every=10 --set checkpoint.keep=3 --set logging.every=1000
+      --set distributed.timeout_seconds=20)
+
+t0=$(date +%s.%N)
+"$normlab" train "${args[@]}" --out "$work/w1" > "$work/w1.out" 2>&1 || { cat "$work/w1.out"; echo "FAIL: single run"; exit 1; }
+t1=$(date +%s.%N)
+for w in 2 3; do
+  "${mpi[@]}" -n $w "$normlab" train "${args[@]}" --out "$work/w$w" > "$work/w$w.out" 2>&1 \
+    || { cat "$work/w$w.out"; echo "FAIL: mpirun -n $w"; exit 1; }
+  "$normlab" checkpoint consolidate --checkpoint "$work/w$w/checkpoints/step-00000020" --out "$work/w$w-whole" > /dev/null
+done
+t2=$(date +%s.%N)
+awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { printf "20 steps: 1 process %.1f s; W=2 and W=3 together %.1f s\n", b - a, c - b }'
+
+"$python" - "$work" <<'PY'
+import json, sys
+from safetensors.torch import load_file
+work = sys.argv[1]
+def losses(run):
+    return [json.loads(l)["loss"] for l in open(f"{work}/{run}/metrics.jsonl")]
+ref = losses("w1")
+assert len(ref) == 20, len(ref)
+w_ref = load_file(f"{work}/w1/checkpoints/step-00000020/model.safetensors")
+for w in (2, 3):
+    got = losses(f"w{w}")
+    rel = max(abs(a - b) / abs(a) for a, b in zip(ref, got))
+    assert len(got) == 20 and rel <= 1e-5, (w, rel, ref[:3], got[:3])
+    whole = load_file(f"{work}/w{w}-whole/checkpoints/step-00000020/model.safetensors")
+    assert sorted(whole) == sorted(w_ref), "parameter names differ"
+    # Sums over the batch run in another order on W ranks, so gradients differ in the last bits;
+    # AdamW divides by sqrt(v), which turns that noise into visible updates only where the
+    # gradient is itself ~0 (rows of rare tokens). So: nearly every element within 1e-5
+    # relative, and no element off by more than 1e-3 of its tensor's scale.
+    worst, off, total = (0.0, ""), 0, 0
+    for k in w_ref:
+        assert whole[k].shape == w_ref[k].shape, k
+        d = (whole[k] - w_ref[k]).abs()
+        scale = w_ref[k].abs().max().item()
+        worst = max(worst, (d.max().item() / scale, k))
+        off += d.gt(1e-5 * w_ref[k].abs() + 1e-6).sum().item()
+        total += d.numel()
+    assert worst[0] <= 1e-3 and off <= 1e-4 * total, (w, worst, off, total)
+    s = json.load(open(f"{work}/w{w}/summary.json"))
+    ratio = s["rank_state_bytes"] / s["unsharded_state_bytes"]
+    assert s["world_size"] == w and ratio <= 1.05 / w, (w, ratio)
+    print(f"W={w}: losses within {rel:.2e} relative of 1 process over 20 steps; parameters: {total - off} of {total} "
+          f"within 1e-5 relative, worst {worst[0]:.1e} of its tensor's scale ({worst[1]}); per-rank state {s['rank_state_bytes']} of {s['unsharded_state_bytes']} "
+          f"bytes = {ratio:.4f} (1/W = {1 / w:.4f})")
+PY
+
+# 3. stop at step 10, resume: bitwise the same losses as the uninterrupted W = 2 run.
+rc=0
+"${mpi[@]}" -n 2 "$normlab" train "${args[@]}" --out "$work/w2r" --stop-after 10 > "$work/w2r1.out" 2>&1 || rc=$?
+[ "$rc" -eq 4 ] || { cat "$work/w2r1.out"; echo "FAIL: --stop-after 10 exited $rc, expected 4"; exit 1; }
+"${mpi[@]}" -n 2 "$normlab" train "${args[@]}" --out "$work/w2r" --resume > "$work/w2r2.out" 2>&1 \
+  || { cat "$work/w2r2.out"; echo "FAIL: sharded resume"; exit 1; }
+"$python" - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+def steps(run):
+    return [(j["step"], j["loss"], j["grad_norm"]) for j in map(json.loads, open(f"{work}/{run}/metrics.jsonl"))]
+a, b = steps("w2"), steps("w2r")
+assert len(a) == 20 and a == b, [(x, y) for x, y in zip(a, b) if x != y][:3]
+print("sharded resume at step 10: losses and gradient norms bitwise equal to the uninterrupted run")
+PY
+
+# 4. consolidate step 10 of W = 2; resume it on 3 ranks and on 1 for one step.
+"$normlab" checkpoint consolidate --checkpoint "$work/w2/checkpoints/step-00000010" --out "$work/c10-w3" > /dev/null
+"$normlab" checkpoint consolidate --checkpoint "$work/w2/checkpoints/step-00000010" --out "$work/c10-w1" > /dev/null
+"${mpi[@]}" -n 3 "$normlab" train "${args[@]}" --out "$work/c10-w3" --resume --stop-after 1 > "$work/c10-w3.out" 2>&1 || rc=$?
+"$normlab" train "${args[@]}" --out "$work/c10-w1" --resume --stop-after 1 > "$work/c10-w1.out" 2>&1 || rc=$?
+"$python" - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+def loss(run, step):
+    for l in open(f"{work}/{run}/metrics.jsonl"):
+        j = json.loads(l)
+        if j["step"] == step: return j["loss"]
+    raise SystemExit(f"FAIL: {run} has no step {step}")
+ref = loss("w2", 11)
+for run in ("c10-w3", "c10-w1"):
+    got = loss(run, 11)
+    assert abs(got - ref) <= 1e-5 * abs(ref), (run, got, ref)
+    print(f"consolidated step 10 of W=2 resumed as {run}: step-11 loss {got:.7f} (W=2: {ref:.7f})")
+PY
+
+# 5. a rank killed (-9) or hung (SIGSTOP): the job ends non-zero, with an error, within the timeout.
+for sig in KILL STOP; do
+  out="$work/fail-$sig.out"
+  "${mpi[@]}" -n 2 "$normlab" train "${args[@]}" --set train.steps=100000 --set distributed.timeout_seconds=5 \
+    --out "$work/fail-$sig" > "$out" 2>&1 &
+  job=$!
+  for _ in $(seq 1 300); do
+    [ -f "$work/fail-$sig/metrics.jsonl" ] && [ "$(wc -l < "$work/fail-$sig/metrics.jsonl")" -ge 3 ] && break
+    sleep 0.2
+  done
+  victim=$(pgrep -f "train .*--out $work/fail-$sig" | while read -r p; do
+             [ "$(ps -o comm= -p "$p")" = normlab ] && echo "$p"; done | tail -1)
+  [ -n "$victim" ] || { cat "$out"; echo "FAIL: no rank process found"; exit 1; }
+  start=$(date +%s)
+  kill -$sig "$victim"
+  for _ in $(seq 1 900); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done  # at most 90 s
+  kill -9 "$job" 2>/dev/null || true
+  rc=0
+  wait "$job" || rc=$?
+  kill -9 "$victim" 2>/dev/null || true
+  took=$(( $(date +%s) - start ))
+  [ "$rc" -ne 0 ] && [ "$took" -le 60 ] || { cat "$out"; echo "FAIL: SIG$sig of one rank: exit $rc after $took s"; exit 1; }
+  if [ $sig = STOP ]; then
+    grep -q "did not complete within 5 s" "$out" || { cat "$out"; echo "FAIL: no timeout error for a hung rank"; exit 1; }
+  fi
+  echo "SIG$sig of one rank: job exit $rc after $took s: $(grep -m1 -E 'error|exited on signal|did not complete' "$out" | cut -c1-160)"
+done
+echo "PASS"

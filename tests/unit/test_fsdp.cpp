@@ -1,0 +1,365 @@
+// FSDP (fsdp.h), the communicator's launcher parsing (communicator.h) and sharded checkpoints
+// (checkpoint.h), in one process: ranks are threads joined by an in-memory communicator, so
+// the sharding logic is checked here quickly; tests/dist/fsdp.sh runs the real thing over MPI.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "normlab/checkpoint.h"
+#include "normlab/communicator.h"
+#include "normlab/fsdp.h"
+#include "normlab/model.h"
+#include "normlab/optimizer.h"
+#include "support.h"
+
+namespace normlab {
+namespace {
+
+// W threads as W ranks: every collective is a barrier-separated exchange through shared memory.
+class ThreadGroup {
+ public:
+  explicit ThreadGroup(int world) : world_(world), slots_(world) {}
+  int world() const { return world_; }
+  void barrier() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const int64_t gen = generation_;
+    if (++arrived_ == world_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return generation_ != gen; });
+    }
+  }
+  std::vector<torch::Tensor> slots_;
+
+ private:
+  int world_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  int64_t generation_ = 0;
+};
+
+class ThreadComm final : public Communicator {
+ public:
+  ThreadComm(ThreadGroup& g, int rank) : g_(g), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int world() const override { return g_.world(); }
+  std::string backend() const override { return "threads"; }
+  void all_gather(torch::Tensor& out, const torch::Tensor& in) override {
+    exchange(in);
+    for (int r = 0; r < world(); ++r) out.narrow(0, r * in.numel(), in.numel()).copy_(g_.slots_[r]);
+    g_.barrier();
+  }
+  void reduce_scatter(torch::Tensor& out, const torch::Tensor& in) override {
+    exchange(in);
+    out.zero_();
+    for (int r = 0; r < world(); ++r) out.add_(g_.slots_[r].narrow(0, rank_ * out.numel(), out.numel()));
+    g_.barrier();
+  }
+  void all_reduce(torch::Tensor& t, ReduceOp op) override {
+    exchange(t.clone());
+    torch::Tensor acc = g_.slots_[0].clone();
+    for (int r = 1; r < world(); ++r) acc = op == ReduceOp::Sum ? acc + g_.slots_[r] : torch::maximum(acc, g_.slots_[r]);
+    g_.barrier();
+    t.copy_(acc);
+  }
+  void broadcast(torch::Tensor& t, int root) override {
+    exchange(t.clone());
+    torch::Tensor v = g_.slots_[root].clone();
+    g_.barrier();
+    t.copy_(v);
+  }
+  void barrier() override { g_.barrier(); }
+
+ private:
+  void exchange(const torch::Tensor& t) {
+    g_.slots_[rank_] = t;
+    g_.barrier();
+  }
+  ThreadGroup& g_;
+  int rank_;
+};
+
+// Runs fn(rank, comm) on `world` threads; rethrows the first failure.
+void on_ranks(int world, const std::function<void(int, Communicator&)>& fn) {
+  ThreadGroup group(world);
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(world);
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      ThreadComm comm(group, r);
+      try {
+        fn(r, comm);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+// Rank threads build their models one at a time: the seed is the process's generator.
+DecoderLM build(const ModelConfig& cfg, uint64_t seed) {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  torch::manual_seed(seed);
+  return DecoderLM(cfg);
+}
+
+ModelConfig model_config(Scheme scheme, bool tied) {
+  ModelConfig c = test::tiny_config(scheme);
+  c.tie_embeddings = tied;
+  return c;
+}
+
+// The plain model's gradients of one loss on `tokens` (ranks' slices together).
+std::map<std::string, torch::Tensor> reference_grads(const ModelConfig& cfg, const torch::Tensor& tokens,
+                                                     const torch::Tensor& targets, double* loss) {
+  torch::manual_seed(7);
+  DecoderLM model(cfg);
+  const LossOutput out = model->loss(tokens, targets);
+  out.loss.backward();
+  *loss = out.loss.item<double>();
+  std::map<std::string, torch::Tensor> grads;
+  for (const auto& p : model->named_parameters()) grads[p.key()] = p.value().grad().clone();
+  return grads;
+}
+
+// W ranks each compute the loss on their slice of the batch under FSDP; the joined shard
+// gradients must be the plain model's gradient of the whole batch.
+void expect_sharded_gradients(Scheme scheme, int world, bool tied, bool reshard) {
+  SCOPED_TRACE(std::string(enum_name(scheme)) + " W=" + std::to_string(world) + (tied ? " tied" : "") +
+               (reshard ? "" : " no-reshard"));
+  const ModelConfig cfg = model_config(scheme, tied);
+  torch::manual_seed(3);
+  const int64_t B = 2 * world, T = 6;
+  const torch::Tensor tokens = torch::randint(cfg.vocab_size, {B, T}, torch::kLong);
+  const torch::Tensor targets = torch::randint(cfg.vocab_size, {B, T}, torch::kLong);
+  double ref_loss = 0.0;
+  const auto ref = reference_grads(cfg, tokens, targets, &ref_loss);
+
+  std::mutex mu;
+  std::map<std::string, std::vector<std::pair<int64_t, torch::Tensor>>> pieces;  // name -> (start, grad)
+  std::vector<double> losses(world);
+  std::vector<int64_t> resident(world);
+  on_ranks(world, [&](int rank, Communicator& comm) {
+    DecoderLM model = build(cfg, 7);
+    FsdpOptions o;
+    o.reshard_after_forward = reshard;
+    Fsdp fsdp(model, comm, o, OptimizerConfig{});
+    fsdp.zero_grad();
+    const LossOutput out = model->loss(tokens.narrow(0, rank * 2, 2), targets.narrow(0, rank * 2, 2));
+    out.loss.backward();
+    fsdp.finish_backward();
+    losses[rank] = comm.sum(out.loss.item<double>()) / world;
+    resident[rank] = fsdp.resident_bytes();
+    std::lock_guard<std::mutex> lock(mu);
+    for (const ShardPiece& p : fsdp.pieces()) pieces[p.name].emplace_back(p.start, p.param.grad().clone());
+  });
+  EXPECT_NEAR(losses[0], ref_loss, 1e-6 * std::abs(ref_loss));
+  ASSERT_EQ(pieces.size(), ref.size());
+  for (const auto& [name, g] : ref) {
+    auto parts = pieces.at(name);
+    std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<torch::Tensor> flat;
+    for (const auto& [start, t] : parts) flat.push_back(t);
+    const torch::Tensor joined = torch::cat(flat);
+    ASSERT_EQ(joined.numel(), g.numel()) << name;
+    EXPECT_TRUE(test::close(joined.view(g.sizes()), g, 1e-5)) << name;
+  }
+  // Between steps a rank holds its shards (parameters and gradients) and nothing else.
+  int64_t total = 0;
+  for (const auto& [name, g] : ref) total += g.numel();
+  for (int r = 0; r < world; ++r) EXPECT_LE(resident[r], (total / world + 2 * 3 * world) * 2 * 4) << "rank " << r;
+}
+
+TEST(Fsdp, ShardedGradientsEqualTheWholeBatchGradient) {
+  expect_sharded_gradients(Scheme::PreNorm, 1, false, true);
+  expect_sharded_gradients(Scheme::PreNorm, 2, false, true);
+  expect_sharded_gradients(Scheme::SiameseHybrid, 3, false, true);  // uneven shards
+  expect_sharded_gradients(Scheme::Siamese, 2, true, false);        // tied head, gathered through backward
+  expect_sharded_gradients(Scheme::ResiDual, 3, true, true);
+}
+
+TEST(Fsdp, TrainingStepsMatchOneProcess) {
+  // Three AdamW steps with clipping: the parameters of W = 2 ranks equal one process's.
+  const ModelConfig cfg = model_config(Scheme::SiameseHybrid, false);
+  OptimizerConfig oc;
+  oc.lr = 1e-2;
+  oc.grad_clip = 0.5;
+  torch::manual_seed(5);
+  const torch::Tensor tokens = torch::randint(cfg.vocab_size, {4, 6}, torch::kLong);
+  torch::manual_seed(7);
+  DecoderLM ref(cfg);
+  {
+    std::vector<torch::Tensor> params = ref->parameters();
+    std::vector<std::pair<std::string, torch::Tensor>> named;
+    for (const auto& p : ref->named_parameters()) named.emplace_back(p.key(), p.value());
+    AdamW opt(named, oc);
+    for (int s = 0; s < 3; ++s) {
+      ref->zero_grad();
+      ref->loss(tokens, tokens.roll(1, 1)).loss.backward();
+      clip_grad_norm(params, oc.grad_clip);
+      opt.step(oc.lr);
+    }
+  }
+  std::map<std::string, std::vector<std::pair<int64_t, torch::Tensor>>> pieces;
+  std::mutex mu;
+  on_ranks(2, [&](int rank, Communicator& comm) {
+    DecoderLM model = build(cfg, 7);
+    Fsdp fsdp(model, comm, FsdpOptions{}, oc);
+    std::vector<OptParam> ps;
+    for (const ShardPiece& p : fsdp.pieces()) ps.push_back({p.name, p.param, p.decay});
+    AdamW opt(ps, oc);
+    for (int s = 0; s < 3; ++s) {
+      fsdp.zero_grad();
+      model->loss(tokens.narrow(0, 2 * rank, 2), tokens.roll(1, 1).narrow(0, 2 * rank, 2)).loss.backward();
+      fsdp.finish_backward();
+      fsdp.clip_grad_norm(oc.grad_clip);
+      opt.step(oc.lr);
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    for (const ShardPiece& p : fsdp.pieces()) pieces[p.name].emplace_back(p.start, p.param.detach().clone());
+  });
+  for (const auto& p : ref->named_parameters()) {
+    auto parts = pieces.at(p.key());
+    std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<torch::Tensor> flat;
+    for (const auto& [start, t] : parts) flat.push_back(t);
+    EXPECT_TRUE(test::close(torch::cat(flat).view(p.value().sizes()), p.value(), 1e-5)) << p.key();
+  }
+}
+
+TEST(Fsdp, EvaluationWithoutGradientsLeavesNothingGathered) {
+  const ModelConfig cfg = model_config(Scheme::PreNorm, false);
+  torch::manual_seed(7);
+  DecoderLM plain(cfg);
+  torch::manual_seed(7);
+  DecoderLM model(cfg);
+  SingleProcess one;
+  Fsdp fsdp(model, one, FsdpOptions{}, OptimizerConfig{});
+  const int64_t at_rest = fsdp.resident_bytes();
+  const torch::Tensor tokens = torch::randint(cfg.vocab_size, {2, 5}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(test::close(model->forward(tokens), plain->forward(tokens), 1e-6));
+  EXPECT_EQ(fsdp.resident_bytes(), at_rest);
+}
+
+TEST(Fsdp, LoadsSlicesOfAWholeCheckpoint) {
+  const ModelConfig cfg = model_config(Scheme::Siamese, false);
+  torch::manual_seed(11);
+  DecoderLM source(cfg);
+  TensorDict full;
+  for (const auto& p : source->named_parameters()) full[p.key()] = p.value().detach().clone();
+  on_ranks(3, [&](int rank, Communicator& comm) {
+    DecoderLM model = build(cfg, 7);  // other initial weights
+    Fsdp fsdp(model, comm, FsdpOptions{}, OptimizerConfig{});
+    fsdp.load_full(full, "test");
+    for (const ShardPiece& p : fsdp.pieces())
+      EXPECT_TRUE(torch::equal(p.param, full.at(p.name).reshape(-1).narrow(0, p.start, p.param.numel()))) << rank;
+    TensorDict bad = full;
+    bad.erase("embed.weight");
+    EXPECT_THROW(fsdp.load_full(bad, "test"), std::invalid_argument);
+  });
+}
+
+TEST(ShardedCheckpoint, SavedByThreeRanksConsolidatesToTheWhole) {
+  test::ScratchDir dir("sharded_ckpt");
+  const ModelConfig cfg = model_config(Scheme::PreNorm, true);
+  torch::manual_seed(7);
+  DecoderLM whole(cfg);
+  on_ranks(3, [&](int rank, Communicator& comm) {
+    DecoderLM model = build(cfg, 7);
+    Fsdp fsdp(model, comm, FsdpOptions{}, OptimizerConfig{});
+    std::vector<OptParam> ps;
+    for (const ShardPiece& p : fsdp.pieces()) ps.push_back({p.name, p.param, p.decay});
+    AdamW opt(ps, OptimizerConfig{});
+    Checkpoint c;
+    c.model = fsdp.local_weights();
+    c.optimizer = opt.state();
+    c.optimizer["exp_avg.embed.weight"].fill_(static_cast<float>(rank));  // mark the pieces
+    c.state.step = 4;
+    c.config_yaml = "model: {}\n";
+    c.world = 3;
+    c.rank = rank;
+    for (const ShardPiece& p : fsdp.pieces()) {
+      c.starts[p.name] = p.start;
+      c.shapes[p.name] = p.shape;
+    }
+    checkpoint_save_sharded(dir.path.string(), c, 2, [&] { comm.barrier(); });
+  });
+  const auto latest = checkpoint_latest(dir.path.string());
+  ASSERT_TRUE(latest);
+  EXPECT_EQ(checkpoint_world(*latest), 3);
+  const Checkpoint c = checkpoint_consolidate(*latest);
+  EXPECT_EQ(c.world, 1);
+  EXPECT_EQ(c.state.step, 4);
+  for (const auto& p : whole->named_parameters()) EXPECT_TRUE(torch::equal(c.model.at(p.key()), p.value())) << p.key();
+  // The embedding's first moment: rank 0's piece, then 1's, then 2's, in order.
+  const torch::Tensor m = c.optimizer.at("exp_avg.embed.weight").reshape(-1);
+  EXPECT_EQ(m.numel(), whole->embed->weight.numel());
+  EXPECT_EQ(m[0].item<float>(), 0.0f);
+  EXPECT_EQ(m[-1].item<float>(), 2.0f);
+  EXPECT_TRUE(torch::equal(std::get<0>(torch::sort(m)), m));  // non-decreasing: pieces in rank order
+  EXPECT_THROW(checkpoint_load(*latest, 3), std::invalid_argument);
+  std::filesystem::remove(std::filesystem::path(*latest) / "model.rank-00001-of-00003.safetensors");
+  EXPECT_ANY_THROW(checkpoint_consolidate(*latest));
+}
+
+TEST(DistEnv, ReadsTheLaunchersVariables) {
+  EXPECT_EQ(dist_env_from({}).world, 1);
+  EXPECT_EQ(dist_env_from({}).launcher, "none");
+  const DistEnv t = dist_env_from({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "node7"},
+                                   {"MASTER_PORT", "29400"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
+  EXPECT_EQ(t.launcher, "torchrun");
+  EXPECT_EQ(t.rank, 3);
+  EXPECT_EQ(t.world, 8);
+  EXPECT_EQ(t.local_rank, 1);
+  EXPECT_EQ(t.master_addr, "node7");
+  EXPECT_EQ(t.master_port, 29400);
+  EXPECT_TRUE(t.agent_store);
+  const DistEnv m = dist_env_from({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "3"},
+                                   {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}});
+  EXPECT_EQ(m.launcher, "mpi");
+  EXPECT_EQ(m.rank, 1);
+  EXPECT_EQ(m.world, 3);
+  const DistEnv s = dist_env_from({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "1"}});
+  EXPECT_EQ(s.launcher, "slurm");
+  EXPECT_EQ(s.rank, 5);
+  auto message = [](const std::map<std::string, std::string>& env) {
+    try {
+      dist_env_from(env);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({{"RANK", "x"}, {"WORLD_SIZE", "2"}}).find("RANK=x"), std::string::npos);
+  EXPECT_NE(message({{"RANK", "2"}, {"WORLD_SIZE", "2"}}).find("[0, 1]"), std::string::npos);
+  EXPECT_NE(message({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}}).find("MASTER_PORT"),
+            std::string::npos);
+}
+
+TEST(DistEnv, CpuTrainingOverSeveralProcessesNeedsAnMpiLauncher) {
+  DistEnv env;
+  env.launcher = "torchrun";
+  env.world = 2;
+  try {
+    make_communicator(env, CommOptions{}, torch::kCPU);
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("mpirun -n N normlab train"), std::string::npos) << e.what();
+  }
+  env.world = 1;
+  EXPECT_EQ(make_communicator(env, CommOptions{}, torch::kCPU)->backend(), "single");
+}
+
+}  // namespace
+}  // namespace normlab

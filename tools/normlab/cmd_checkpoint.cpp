@@ -1,0 +1,50 @@
+// normlab checkpoint consolidate --checkpoint RUN_DIR/checkpoints/step-N --out NEW_RUN_DIR
+//   joins a sharded (multi-rank FSDP) checkpoint into a whole one, written as the newest
+//   checkpoint of NEW_RUN_DIR: `normlab train --resume --out NEW_RUN_DIR` then continues the
+//   run on any number of ranks, and export/eval/analyze read it like any other.
+// normlab checkpoint inspect --checkpoint DIR
+//   prints the step, the world size it was written with and its files.
+#include <filesystem>
+#include <iostream>
+
+#include "command.h"
+#include "normlab/checkpoint.h"
+#include "normlab/file_io.h"
+
+namespace normlab::cli {
+
+Runner setup_checkpoint(CLI::App& sub) {
+  struct Options {
+    std::string checkpoint, out;
+  };
+  auto o = std::make_shared<Options>();
+  sub.require_subcommand(1);
+  CLI::App* cons = sub.add_subcommand("consolidate", "join a sharded checkpoint's pieces into a whole checkpoint of a new run folder");
+  cons->add_option("--checkpoint", o->checkpoint, "checkpoint folder (RUN_DIR/checkpoints/step-N)")->required()->check(CLI::ExistingDirectory);
+  cons->add_option("--out", o->out, "the new run folder (must not hold checkpoints yet)")->required();
+  CLI::App* insp = sub.add_subcommand("inspect", "step, world size and files of a checkpoint");
+  insp->add_option("--checkpoint", o->checkpoint, "checkpoint folder")->required()->check(CLI::ExistingDirectory);
+  return [o, cons] {
+    namespace fs = std::filesystem;
+    if (!cons->parsed()) {
+      const Checkpoint c = checkpoint_load(o->checkpoint);
+      std::cout << "step " << c.state.step << ", written by " << c.world << (c.world == 1 ? " process" : " ranks (sharded)")
+                << ", " << c.state.tokens << " tokens\n";
+      for (const auto& e : fs::directory_iterator(o->checkpoint))
+        std::cout << "  " << e.path().filename().string() << "  " << (e.is_regular_file() ? fs::file_size(e) : 0) << " bytes\n";
+      return 0;
+    }
+    if (checkpoint_latest(o->out))
+      throw std::invalid_argument(o->out + " already holds checkpoints: choose a new run folder for the consolidated one");
+    const Checkpoint c = checkpoint_consolidate(o->checkpoint);
+    fs::create_directories(o->out);
+    write_file_atomic((fs::path(o->out) / "config.yaml").string(), [&](FileWriter& w) { w.write(c.config_yaml); });
+    const std::string dir = checkpoint_save(o->out, c, 1);
+    std::cout << "consolidated " << c.world << " -> " << dir << " (" << c.model.size() << " parameters); continue with "
+              << "`normlab train --config " << (fs::path(o->out) / "config.yaml").string() << " --out " << o->out
+              << " --resume` on any number of ranks\n";
+    return 0;
+  };
+}
+
+}  // namespace normlab::cli
