@@ -3,6 +3,7 @@
 set(NORMLAB_SOURCES
   attention.cpp
   checkpoint.cpp
+  checkpointing.cpp
   comm/mpi.cpp
   comm/nccl.cpp
   communicator.cpp

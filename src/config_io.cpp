@@ -88,6 +88,7 @@ void visit(V& v, TrainConfig& t) {
   v("skip_nonfinite", t.skip_nonfinite, "skip steps whose loss or gradient is not finite instead of ending the run as diverged");
   v("spike_window", t.spike_window, "loss-spike detector: rolling window of steps");
   v("spike_sigma", t.spike_sigma, "loss-spike detector: a spike is a loss above mean + sigma * std of the window");
+  v("activation_checkpointing", t.activation_checkpointing, "none, or block: keep only each block's inputs and recompute the block in the backward (less memory, about one more forward)");
 }
 
 template <class V>

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 
+#include "normlab/checkpointing.h"
 #include "normlab/optimizer.h"
 
 namespace normlab {
@@ -165,7 +166,7 @@ void Fsdp::before_forward() {
 Streams Fsdp::run_block(size_t layer, SchemeBlockImpl& block, const Streams& in) {
   Unit& u = *units_.at(layer);
   gather(u);
-  Streams out = block.forward(in);
+  Streams out = options_.checkpoint_blocks ? checkpointed_forward(block, in) : block.forward(in);
   if (torch::GradMode::is_enabled()) {
     u.pending = static_cast<int64_t>(u.params.size());
     u.reduced = false;

@@ -19,6 +19,7 @@
 
 #include "normlab/autocast.h"
 #include "normlab/checkpoint.h"
+#include "normlab/checkpointing.h"
 #include "normlab/communicator.h"
 #include "normlab/config_io.h"
 #include "normlab/device.h"
@@ -203,6 +204,7 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
   if (sharded) {
     FsdpOptions fo;
     fo.reshard_after_forward = cfg.distributed.reshard_after_forward;
+    fo.checkpoint_blocks = cfg.train.activation_checkpointing == Recompute::Block;
     fsdp = std::make_unique<Fsdp>(model, comm, fo, cfg.optimizer);
     std::vector<OptParam> pieces;
     for (const ShardPiece& p : fsdp->pieces()) pieces.push_back({p.name, p.param, p.decay});
@@ -212,6 +214,8 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
     for (const auto& p : model->named_parameters()) named.emplace_back(p.key(), p.value());
     opt_holder = std::make_unique<AdamW>(named, cfg.optimizer);
   }
+  CheckpointedBlocks checkpointed_blocks;  // single process with train.activation_checkpointing: block
+  if (!sharded && cfg.train.activation_checkpointing == Recompute::Block) model->hooks = &checkpointed_blocks;
   AdamW& opt = *opt_holder;
   SpikeDetector spikes(cfg.train.spike_window, cfg.train.spike_sigma);
   TrainState st;
@@ -459,7 +463,9 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
     if (last || (cfg.eval.every > 0 && completed % cfg.eval.every == 0)) run_eval(completed, line);
     if (cfg.diagnostics.every > 0 && (completed % cfg.diagnostics.every == 0 || last)) {
       const auto d0 = Clock::now();
+      model->hooks = nullptr;  // the diagnostics take gradients with autograd::grad: no reentrant recompute
       DiagnosticsReport d = run_diagnostics(*model, diag_batch.inputs, diag_batch.targets, diag_options);
+      if (cfg.train.activation_checkpointing == Recompute::Block) model->hooks = &checkpointed_blocks;
       d.step = completed;
       diagnostics << diagnostics_json(d) << "\n" << std::flush;
       const double secs = std::chrono::duration<double>(Clock::now() - d0).count();

@@ -15,6 +15,7 @@ namespace normlab {
 enum class ScheduleKind { Cosine, Linear, Wsd, Constant };
 enum class Precision { Auto, Bf16, Fp32 };
 enum class CommBackend { Auto, Mpi, Nccl };
+enum class Recompute { None, Block };
 
 // clang-format off
 template <> struct EnumNames<ScheduleKind> {
@@ -25,6 +26,9 @@ template <> struct EnumNames<ScheduleKind> {
 template <> struct EnumNames<Precision> {
   static constexpr NameRow<Precision> rows[] = {
     {Precision::Auto, "auto"}, {Precision::Bf16, "bf16"}, {Precision::Fp32, "fp32"}};
+};
+template <> struct EnumNames<Recompute> {
+  static constexpr NameRow<Recompute> rows[] = {{Recompute::None, "none"}, {Recompute::Block, "block"}};
 };
 template <> struct EnumNames<CommBackend> {
   static constexpr NameRow<CommBackend> rows[] = {
@@ -68,6 +72,7 @@ struct TrainConfig {
   bool skip_nonfinite = false;     // skip steps with a non-finite loss or gradient instead of stopping
   int64_t spike_window = 128;      // loss-spike detector: rolling window of steps
   double spike_sigma = 6.0;        // a spike: loss above mean + sigma * std of the window
+  Recompute activation_checkpointing = Recompute::None;  // block: keep block inputs, recompute inside
 };
 
 struct EvalConfig {

@@ -35,6 +35,7 @@ namespace normlab {
 
 struct FsdpOptions {
   bool reshard_after_forward = true;  // free each block's gathered parameters after its forward
+  bool checkpoint_blocks = false;     // activation checkpointing of every block (checkpointing.h)
 };
 
 /// This rank's elements of one parameter.

@@ -134,9 +134,9 @@ std::map<std::string, torch::Tensor> reference_grads(const ModelConfig& cfg, con
 
 // W ranks each compute the loss on their slice of the batch under FSDP; the joined shard
 // gradients must be the plain model's gradient of the whole batch.
-void expect_sharded_gradients(Scheme scheme, int world, bool tied, bool reshard) {
+void expect_sharded_gradients(Scheme scheme, int world, bool tied, bool reshard, bool checkpoint = false) {
   SCOPED_TRACE(std::string(enum_name(scheme)) + " W=" + std::to_string(world) + (tied ? " tied" : "") +
-               (reshard ? "" : " no-reshard"));
+               (reshard ? "" : " no-reshard") + (checkpoint ? " checkpointed" : ""));
   const ModelConfig cfg = model_config(scheme, tied);
   torch::manual_seed(3);
   const int64_t B = 2 * world, T = 6;
@@ -153,6 +153,7 @@ void expect_sharded_gradients(Scheme scheme, int world, bool tied, bool reshard)
     DecoderLM model = build(cfg, 7);
     FsdpOptions o;
     o.reshard_after_forward = reshard;
+    o.checkpoint_blocks = checkpoint;
     Fsdp fsdp(model, comm, o, OptimizerConfig{});
     fsdp.zero_grad();
     const LossOutput out = model->loss(tokens.narrow(0, rank * 2, 2), targets.narrow(0, rank * 2, 2));
@@ -186,6 +187,11 @@ TEST(Fsdp, ShardedGradientsEqualTheWholeBatchGradient) {
   expect_sharded_gradients(Scheme::SiameseHybrid, 3, false, true);  // uneven shards
   expect_sharded_gradients(Scheme::Siamese, 2, true, false);        // tied head, gathered through backward
   expect_sharded_gradients(Scheme::ResiDual, 3, true, true);
+}
+
+TEST(Fsdp, ComposesWithActivationCheckpointing) {
+  expect_sharded_gradients(Scheme::SiameseHybrid, 2, false, true, true);
+  expect_sharded_gradients(Scheme::PreNorm, 3, true, false, true);
 }
 
 TEST(Fsdp, TrainingStepsMatchOneProcess) {

@@ -1,0 +1,28 @@
+// Activation checkpointing per block: the forward keeps only each block's input streams and
+// drops everything inside the block; the backward runs the block's forward again (with
+// gradients, under the same autocast state) and back-propagates through that. Memory per
+// block falls from all of its intermediates to its inputs, for one extra block forward in the
+// backward pass. Reentrant, as torch.utils.checkpoint(use_reentrant=True): the parameters'
+// gradients are accumulated by an inner backward, so the FSDP layer's gradient hooks (fsdp.h)
+// fire there as usual. The blocks draw no random numbers (no dropout), so no RNG state is kept.
+#pragma once
+
+#include "normlab/block.h"
+#include "normlab/model.h"
+#include "normlab/streams.h"
+
+namespace normlab {
+
+/// block.forward(in) without keeping the block's intermediates for backward.
+Streams checkpointed_forward(SchemeBlockImpl& block, const Streams& in);
+
+/// Runs every block of a single-process model checkpointed (the FSDP layer does the same
+/// itself with FsdpOptions::checkpoint_blocks). Attach as DecoderLMImpl::hooks.
+class CheckpointedBlocks final : public ForwardHooks {
+ public:
+  Streams run_block(size_t, SchemeBlockImpl& block, const Streams& in) override {
+    return checkpointed_forward(block, in);
+  }
+};
+
+}  // namespace normlab
