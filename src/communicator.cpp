@@ -55,7 +55,6 @@ DistEnv dist_env_from(const std::map<std::string, std::string>& env) {
   }
   if (has(env, "MASTER_ADDR")) d.master_addr = env.at("MASTER_ADDR");
   d.master_port = env_int(env, "MASTER_PORT", d.master_port, 1, 65535);
-  if (d.world == 1) d.launcher = "none";
   return d;
 }
 
@@ -71,6 +70,17 @@ double Communicator::max(double v) {
   return t.item<double>();
 }
 
+namespace {
+struct Done final : Communicator::Pending {
+  void wait() override {}
+};
+}  // namespace
+
+std::unique_ptr<Communicator::Pending> Communicator::all_gather_async(torch::Tensor& out, const torch::Tensor& in) {
+  all_gather(out, in);
+  return std::make_unique<Done>();
+}
+
 void SingleProcess::all_gather(torch::Tensor& out, const torch::Tensor& in) {
   TORCH_CHECK(out.numel() == in.numel(), "all_gather: out has ", out.numel(), " elements, in ", in.numel());
   out.view(-1).copy_(in.view(-1));
@@ -82,7 +92,7 @@ void SingleProcess::reduce_scatter(torch::Tensor& out, const torch::Tensor& in) 
 }
 
 std::unique_ptr<Communicator> make_communicator(const DistEnv& env, const CommOptions& o, torch::Device device) {
-  if (env.world == 1) return std::make_unique<SingleProcess>();
+  if (env.world == 1 && !(o.engine_for_one && device.is_cuda())) return std::make_unique<SingleProcess>();
   const CommBackend b = o.backend != CommBackend::Auto ? o.backend : device.is_cuda() ? CommBackend::Nccl : CommBackend::Mpi;
   if (b == CommBackend::Nccl) {
     if (!device.is_cuda())

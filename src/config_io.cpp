@@ -124,6 +124,8 @@ void visit(V& v, DistributedConfig& d) {
   v("backend", d.backend, "collective engine over several processes: auto = nccl on CUDA, mpi on CPU");
   v("timeout_seconds", d.timeout_seconds, "a collective that waits longer ends the run with an error naming it");
   v("reshard_after_forward", d.reshard_after_forward, "FSDP: free each block's gathered weights after its forward (less memory, one more all-gather)");
+  v("prefetch", d.prefetch, "FSDP: start the next block's all-gather before running this one (overlaps on GPUs)");
+  v("force_fsdp", d.force_fsdp, "FSDP even in a single process (on CUDA through NCCL): measures the layer's cost");
 }
 
 template <class V>

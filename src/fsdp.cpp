@@ -25,6 +25,8 @@ struct Fsdp::Unit {
   int64_t padded = 0, shard = 0;    // flat size (a multiple of W) and shard size
   torch::Tensor shard_param, shard_grad;  // fp32 (shard)
   bool gathered = false;
+  torch::Tensor incoming;           // the buffer of a gather in flight
+  std::unique_ptr<Communicator::Pending> in_flight;
   int64_t pending = 0;              // parameters still to accumulate in this backward
   bool reduced = true;              // this backward's gradient is in shard_grad
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks;
@@ -44,8 +46,7 @@ struct GatherBeforeBackward : torch::autograd::Function<GatherBeforeBackward> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto* self = reinterpret_cast<Fsdp*>(static_cast<intptr_t>(ctx->saved_data["fsdp"].toInt()));
-    auto* unit = reinterpret_cast<Fsdp::Unit*>(static_cast<intptr_t>(ctx->saved_data["unit"].toInt()));
-    self->gather(*unit);
+    self->gather_and_prefetch(static_cast<size_t>(ctx->saved_data["unit"].toInt()), /*backward=*/true);
     grads.emplace_back();  // fsdp
     grads.emplace_back();  // unit
     return grads;
@@ -125,13 +126,29 @@ Fsdp::~Fsdp() {
     for (auto& [acc, key] : u->hooks) acc->del_post_hook(key);
 }
 
+void Fsdp::start_gather(Unit& u) {
+  if (u.gathered || u.in_flight) return;
+  u.incoming = torch::empty({u.padded}, u.shard_param.options());
+  u.in_flight = comm_.all_gather_async(u.incoming, u.shard_param);
+}
+
 void Fsdp::gather(Unit& u) {
   if (u.gathered) return;
   torch::NoGradGuard no_grad;
-  torch::Tensor full = torch::empty({u.padded}, u.shard_param.options());
-  comm_.all_gather(full, u.shard_param);
-  for (auto& q : u.params) q.tensor.set_data(full.narrow(0, q.offset, q.numel).view(q.shape));
+  start_gather(u);
+  u.in_flight->wait();
+  u.in_flight.reset();
+  for (auto& q : u.params) q.tensor.set_data(u.incoming.narrow(0, q.offset, q.numel).view(q.shape));
+  u.incoming = torch::Tensor();  // the parameters keep the buffer alive
   u.gathered = true;
+}
+
+void Fsdp::gather_and_prefetch(size_t unit, bool backward) {
+  gather(*units_.at(unit));
+  const size_t blocks = units_.size() - 1;  // the root unit is last
+  if (!options_.prefetch) return;
+  if (!backward && unit + 1 < blocks) start_gather(*units_[unit + 1]);
+  if (backward && unit >= 1 && unit < blocks) start_gather(*units_[unit - 1]);
 }
 
 void Fsdp::free(Unit& u) {
@@ -157,6 +174,7 @@ void Fsdp::reduce_grads(Unit& u) {
 void Fsdp::before_forward() {
   Unit& root = *units_.back();
   gather(root);
+  if (options_.prefetch && units_.size() > 1) start_gather(*units_[0]);
   if (torch::GradMode::is_enabled()) {
     root.pending = static_cast<int64_t>(root.params.size());
     root.reduced = false;
@@ -165,7 +183,7 @@ void Fsdp::before_forward() {
 
 Streams Fsdp::run_block(size_t layer, SchemeBlockImpl& block, const Streams& in) {
   Unit& u = *units_.at(layer);
-  gather(u);
+  gather_and_prefetch(layer, /*backward=*/false);
   Streams out = options_.checkpoint_blocks ? checkpointed_forward(block, in) : block.forward(in);
   if (torch::GradMode::is_enabled()) {
     u.pending = static_cast<int64_t>(u.params.size());
@@ -173,7 +191,7 @@ Streams Fsdp::run_block(size_t layer, SchemeBlockImpl& block, const Streams& in)
     torch::autograd::variable_list xs{out.x};
     if (out.y.defined()) xs.push_back(out.y);
     auto ys = GatherBeforeBackward::apply(at::TensorList(xs), static_cast<int64_t>(reinterpret_cast<intptr_t>(this)),
-                                          static_cast<int64_t>(reinterpret_cast<intptr_t>(&u)));
+                                          static_cast<int64_t>(layer));
     out.x = ys[0];
     if (out.y.defined()) out.y = ys[1];
     if (options_.reshard_after_forward) free(u);
@@ -197,7 +215,14 @@ void Fsdp::finish_backward() {
 }
 
 void Fsdp::zero_grad() {
-  for (auto& u : units_) u->shard_grad.zero_();
+  for (auto& u : units_) {
+    u->shard_grad.zero_();
+    if (u->in_flight) {  // a prefetch nothing consumed: complete it and drop it (the shards change next)
+      u->in_flight->wait();
+      u->in_flight.reset();
+      u->incoming = torch::Tensor();
+    }
+  }
 }
 
 double Fsdp::clip_grad_norm(double max_norm) {

@@ -116,7 +116,7 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
   SingleProcess single;
   Communicator& comm = o.comm ? *o.comm : single;
   const int64_t rank = comm.rank(), world = comm.world();
-  const bool sharded = world > 1, lead = rank == 0;
+  const bool sharded = world > 1 || cfg.distributed.force_fsdp, lead = rank == 0;
   if (sharded && cfg.diagnostics.every > 0)
     throw std::invalid_argument("diagnostics.every = " + std::to_string(cfg.diagnostics.every) +
                                 ": the diagnostics need a single process (run `normlab analyze` on a checkpoint)");
@@ -205,6 +205,7 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
     FsdpOptions fo;
     fo.reshard_after_forward = cfg.distributed.reshard_after_forward;
     fo.checkpoint_blocks = cfg.train.activation_checkpointing == Recompute::Block;
+    fo.prefetch = cfg.distributed.prefetch;
     fsdp = std::make_unique<Fsdp>(model, comm, fo, cfg.optimizer);
     std::vector<OptParam> pieces;
     for (const ShardPiece& p : fsdp->pieces()) pieces.push_back({p.name, p.param, p.decay});
@@ -312,6 +313,17 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
     ck.config_yaml = config_yaml;
     if (!sharded) {
       ck.model = weights_of(*model);
+      info("checkpoint " + checkpoint_save(o.run_dir, ck, cfg.checkpoint.keep));
+      return;
+    }
+    if (world == 1) {  // FSDP in one process (force_fsdp): its pieces are whole parameters
+      for (const ShardPiece& p : fsdp->pieces()) {
+        ck.model[p.name] = p.param.detach().reshape(p.shape);
+        for (const std::string prefix : {"exp_avg.", "exp_avg_sq."}) {
+          torch::Tensor& t = ck.optimizer.at(prefix + p.name);
+          t = t.reshape(p.shape);
+        }
+      }
       info("checkpoint " + checkpoint_save(o.run_dir, ck, cfg.checkpoint.keep));
       return;
     }

@@ -55,6 +55,16 @@ class Communicator {
   /// out (world * n elements) <- every rank's `in` (n elements), in rank order. Contiguous,
   /// same dtype and device.
   virtual void all_gather(torch::Tensor& out, const torch::Tensor& in) = 0;
+  /// A collective in flight: wait() completes it (NCCL: makes the current stream wait for it).
+  class Pending {
+   public:
+    virtual ~Pending() = default;
+    virtual void wait() = 0;
+  };
+  /// all_gather started now, completed by wait(); `out` and `in` must stay alive and `in`
+  /// unchanged until then. Every rank must start collectives in the same order. The default
+  /// runs it at once (engines without overlap).
+  virtual std::unique_ptr<Pending> all_gather_async(torch::Tensor& out, const torch::Tensor& in);
   /// out (n) <- the sum over ranks of in[rank * n, (rank + 1) * n). Float types.
   virtual void reduce_scatter(torch::Tensor& out, const torch::Tensor& in) = 0;
   /// t <- the sum (or max) over ranks of t, in place.
@@ -70,9 +80,11 @@ class Communicator {
 struct CommOptions {
   CommBackend backend = CommBackend::Auto;  // auto: nccl for CUDA devices, mpi for CPU
   std::chrono::seconds timeout{600};
+  bool engine_for_one = false;              // world 1 on CUDA still through NCCL (measuring FSDP)
 };
 
-/// The communicator for `env` on `device`: SingleProcess when env.world == 1; throws
+/// The communicator for `env` on `device`: SingleProcess when env.world == 1 (unless
+/// engine_for_one on a CUDA device); throws
 /// std::invalid_argument when the backend does not fit the device or the launcher (MPI needs
 /// mpirun or srun; NCCL needs a CUDA build and device), naming what to change.
 std::unique_ptr<Communicator> make_communicator(const DistEnv& env, const CommOptions& options, torch::Device device);

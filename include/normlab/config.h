@@ -103,6 +103,8 @@ struct DistributedConfig {
   CommBackend backend = CommBackend::Auto;  // auto: nccl on CUDA, mpi on CPU (docs/distributed.md)
   int64_t timeout_seconds = 600;            // a collective waiting longer ends the run with an error
   bool reshard_after_forward = true;        // FSDP: free each block's gathered weights after its forward
+  bool prefetch = true;                     // FSDP: start the next block's all-gather before this one runs
+  bool force_fsdp = false;                  // FSDP (and on CUDA the NCCL engine) even in one process
 };
 
 struct RunConfig {

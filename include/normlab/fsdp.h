@@ -9,6 +9,9 @@
 //             module's parameters become views into it; after the block it is freed again
 //             (reshard_after_forward) unless gradients are off. The root unit stays gathered
 //             from the embedding until its gradients are reduced.
+//   prefetch  the next unit's all-gather (forward: block l+1; backward: block l-1) is started
+//             before the current unit computes, so that an engine that overlaps (NCCL, on its
+//             own stream) moves it while the block runs; at most one unit is in flight
 //   backward  an identity autograd node on each block's outputs gathers the unit again before
 //             its backward; when every parameter of a unit has accumulated its gradient (grad
 //             accumulator post hooks), the flat gradient is reduce-scattered (sum / W: the
@@ -36,6 +39,7 @@ namespace normlab {
 struct FsdpOptions {
   bool reshard_after_forward = true;  // free each block's gathered parameters after its forward
   bool checkpoint_blocks = false;     // activation checkpointing of every block (checkpointing.h)
+  bool prefetch = true;               // start the next unit's all-gather before running this one
 };
 
 /// This rank's elements of one parameter.
@@ -84,7 +88,11 @@ class Fsdp final : public ForwardHooks {
 
   struct Unit;
   void gather(Unit& u);  // public for the backward node
+  /// gather(u), then start the gather of the unit after it in this pass (prefetch).
+  void gather_and_prefetch(size_t unit, bool backward);
+
  private:
+  void start_gather(Unit& u);
   void free(Unit& u);
   void reduce_grads(Unit& u);
 

@@ -82,6 +82,18 @@ class MpiCommunicator final : public Communicator {
     wait(req, "all_gather", in.numel());
   }
 
+  std::unique_ptr<Pending> all_gather_async(torch::Tensor& out, const torch::Tensor& in) override {
+    check_cpu(out, "all_gather");
+    check_cpu(in, "all_gather");
+    TORCH_CHECK(out.numel() == in.numel() * world_ && out.scalar_type() == in.scalar_type(),
+                "all_gather: out must hold world x in elements of the same dtype");
+    const MPI_Datatype type = mpi_type(in, false);
+    auto p = std::make_unique<InFlight>(this, in.numel());
+    check(MPI_Iallgather(in.data_ptr(), count_of(in, type), type, out.data_ptr(), count_of(in, type), type,
+                         MPI_COMM_WORLD, &p->req), "all_gather");
+    return p;
+  }
+
   void reduce_scatter(torch::Tensor& out, const torch::Tensor& in) override {
     check_cpu(out, "reduce_scatter");
     check_cpu(in, "reduce_scatter");
@@ -143,6 +155,25 @@ class MpiCommunicator final : public Communicator {
       }
     }
   }
+
+  struct InFlight final : Pending {
+    InFlight(MpiCommunicator* c, int64_t n) : comm(c), numel(n) {}
+    void wait() override {
+      if (!done) comm->wait(req, "all_gather", numel);
+      done = true;
+    }
+    ~InFlight() override {
+      if (done || comm->failed_) return;
+      try {
+        comm->wait(req, "all_gather", numel);  // never leave MPI writing into a freed buffer
+      } catch (const CommError&) {
+      }
+    }
+    MpiCommunicator* comm;
+    int64_t numel;
+    MPI_Request req = MPI_REQUEST_NULL;
+    bool done = false;
+  };
 
   int rank_ = 0, world_ = 1;
   std::chrono::seconds timeout_;

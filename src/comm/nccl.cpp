@@ -24,6 +24,12 @@ namespace normlab::comm {
 namespace {
 
 class NcclCommunicator final : public Communicator {
+  struct InFlight final : Pending {
+    explicit InFlight(c10::intrusive_ptr<c10d::Work> w) : work(std::move(w)) {}
+    void wait() override { work->wait(); }
+    c10::intrusive_ptr<c10d::Work> work;
+  };
+
  public:
   NcclCommunicator(const DistEnv& env, const CommOptions& o) : rank_(env.rank), world_(env.world) {
     device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
@@ -53,6 +59,11 @@ class NcclCommunicator final : public Communicator {
     torch::Tensor src = in;
     pg_->_allgather_base(out, src)->wait();
   }
+  std::unique_ptr<Pending> all_gather_async(torch::Tensor& out, const torch::Tensor& in) override {
+    torch::Tensor src = in;
+    return std::make_unique<InFlight>(pg_->_allgather_base(out, src));  // on the group's NCCL stream
+  }
+
   void reduce_scatter(torch::Tensor& out, const torch::Tensor& in) override {
     torch::Tensor src = in;
     c10d::ReduceScatterOptions o;

@@ -2,7 +2,9 @@
 # FSDP over Open MPI on CPU, as a user launches it (mpirun -n W normlab train ...), against one
 # process with the same global batch:
 #   1. W = 2 and W = 3 (uneven shards): the same losses at every step (1e-5 relative) and, after
-#      consolidating the last checkpoint, the same parameters as the single process;
+#      consolidating the last checkpoint, the same parameters as the single process; W = 2
+#      without prefetching: bitwise the losses of W = 2; with activation checkpointing and FSDP
+#      forced on one process: the same losses up to summation order;
 #   2. each rank holds at most 1/W + 5 % of the unsharded parameter + gradient + optimizer bytes;
 #   3. a sharded run stopped at step 10 and resumed gives bitwise the same losses;
 #   4. the step-10 checkpoint of W = 2, consolidated, resumed on 3 ranks and on 1 gives the same
@@ -32,6 +34,14 @@ for w in 2 3; do
   "$normlab" checkpoint consolidate --checkpoint "$work/w$w/checkpoints/step-00000020" --out "$work/w$w-whole" > /dev/null
 done
 t2=$(date +%s.%N)
+# W = 2 without prefetching (bitwise the same losses), W = 2 with activation checkpointing, FSDP
+# forced on one process (the losses of W = 2 and of 1 process, up to summation order).
+"${mpi[@]}" -n 2 "$normlab" train "${args[@]}" --set distributed.prefetch=false \
+  --out "$work/w2-noprefetch" > "$work/w2-np.out" 2>&1 || { cat "$work/w2-np.out"; echo "FAIL: W=2 no prefetch"; exit 1; }
+"${mpi[@]}" -n 2 "$normlab" train "${args[@]}" --set train.activation_checkpointing=block \
+  --out "$work/w2-recompute" > "$work/w2-rc.out" 2>&1 || { cat "$work/w2-rc.out"; echo "FAIL: W=2 recompute"; exit 1; }
+"$normlab" train "${args[@]}" --set distributed.force_fsdp=true --out "$work/w1-fsdp" > "$work/w1-fsdp.out" 2>&1 \
+  || { cat "$work/w1-fsdp.out"; echo "FAIL: force_fsdp"; exit 1; }
 awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { printf "20 steps: 1 process %.1f s; W=2 and W=3 together %.1f s\n", b - a, c - b }'
 
 "$python" - "$work" <<'PY'
@@ -68,6 +78,13 @@ for w in (2, 3):
     print(f"W={w}: losses within {rel:.2e} relative of 1 process over 20 steps; parameters: {total - off} of {total} "
           f"within 1e-5 relative, worst {worst[0]:.1e} of its tensor's scale ({worst[1]}); per-rank state {s['rank_state_bytes']} of {s['unsharded_state_bytes']} "
           f"bytes = {ratio:.4f} (1/W = {1 / w:.4f})")
+def rel_to(a, b):
+    return max(abs(x - y) / abs(x) for x, y in zip(a, b))
+assert losses("w2-noprefetch") == losses("w2"), "prefetching changed the W=2 losses"
+rc, forced = rel_to(losses("w2"), losses("w2-recompute")), rel_to(ref, losses("w1-fsdp"))
+assert rc <= 1e-6 and forced <= 1e-5, (rc, forced)
+print(f"W=2: without prefetch bitwise the same losses, with activation checkpointing within {rc:.1e}; "
+      f"FSDP forced on 1 process: within {forced:.1e} of 1 process")
 PY
 
 # 3. stop at step 10, resume: bitwise the same losses as the uninterrupted W = 2 run.

@@ -92,6 +92,7 @@ Runner setup_train(CLI::App& sub) {
       CommOptions co;
       co.backend = cfg.distributed.backend;
       co.timeout = std::chrono::seconds(cfg.distributed.timeout_seconds);
+      co.engine_for_one = cfg.distributed.force_fsdp;
       const std::string dev = cfg.train.device == "auto" ? (torch::cuda::is_available() ? "cuda" : "cpu") : cfg.train.device;
       torch::Device device(dev);
       if (device.is_cuda() && !device.has_index()) device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
