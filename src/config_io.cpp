@@ -111,6 +111,7 @@ template <class V>
 void visit(V& v, CheckpointConfig& c) {
   v("every", c.every, "save a checkpoint every N steps (and at the end); 0 = only at the end");
   v("keep", c.keep, "keep the last K checkpoints");
+  v("at_end", c.at_end, "save a checkpoint after the last step (false: benchmarks; a stop signal still saves)");
 }
 
 template <class V>

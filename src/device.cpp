@@ -25,6 +25,16 @@ double device_memory_bytes(const torch::Device& device, bool peak) {
     const auto& s = stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
     return static_cast<double>(peak ? s.peak : s.current);
   }
+  if (peak) {  // the resident set's high-water mark
+    double kb = 0.0;
+    if (FILE* f = std::fopen("/proc/self/status", "r")) {
+      char line[256];
+      while (std::fgets(line, sizeof line, f))
+        if (std::sscanf(line, "VmHWM: %lf kB", &kb) == 1) break;
+      std::fclose(f);
+    }
+    return kb * 1024.0;
+  }
   long pages = 0, resident = 0;
   if (FILE* f = std::fopen("/proc/self/statm", "r")) {
     if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;

@@ -384,6 +384,7 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
                               {"tokens", sum.tokens},
                               {"wall_seconds", sum.wall_seconds},
                               {"parameters", counts.total},
+                              {"peak_memory_bytes", device_memory_bytes(device, /*peak=*/true)},
                               {"tasks", final_tasks}};
     if (sharded) {
       j["world_size"] = world;
@@ -499,7 +500,8 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
     bool stop_flag = o.stop && o.stop->load();
     if (sharded) stop_flag = comm.max(stop_flag ? 1.0 : 0.0) > 0.0;
     const bool stop = stop_flag || (o.stop_after > 0 && completed - first_step >= o.stop_after);
-    if (last || stop || (cfg.checkpoint.every > 0 && completed % cfg.checkpoint.every == 0)) save(completed);
+    if ((last && cfg.checkpoint.at_end) || (stop && !last) || (cfg.checkpoint.every > 0 && completed % cfg.checkpoint.every == 0))
+      save(completed);
     if (stop && !last) {
       info("stopped at step " + std::to_string(completed) + "; continue with --resume");
       return finish(RunStatus::Interrupted);

@@ -92,6 +92,7 @@ struct DiagnosticsConfig {
 struct CheckpointConfig {
   int64_t every = 500;             // save every N steps (and at the end); 0: only at the end
   int64_t keep = 2;                // keep the last K checkpoints
+  bool at_end = true;              // also save after the last step (benchmarks turn it off)
 };
 
 struct LoggingConfig {

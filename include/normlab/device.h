@@ -23,7 +23,8 @@ bool cuda_available();
 /// The CUDA devices visible to this process (empty without CUDA).
 std::vector<CudaDeviceInfo> cuda_devices();
 /// Memory in use on `device`, in bytes: the CUDA caching allocator's allocated bytes (peak
-/// since the last reset when `peak`), or the process's resident set size on the CPU.
+/// since the last reset when `peak`), or the process's resident set size on the CPU (its
+/// high-water mark when `peak`).
 double device_memory_bytes(const torch::Device& device, bool peak = false);
 
 /// The CUDA architectures normlab's own kernels (src/kernels) were compiled for, e.g. "90";
