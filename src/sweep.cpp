@@ -87,8 +87,8 @@ pid_t spawn(const Launch& l) {
     ::dup2(fd, 1);
     ::dup2(fd, 2);
     ::close(fd);
-    ::execve(argv[0], argv.data(), envp.data());
-    const char msg[] = "normlab sweep: cannot execute the normlab binary\n";
+    ::execvpe(argv[0], argv.data(), envp.data());  // normlab by its path; a launcher may be on PATH
+    const char msg[] = "normlab sweep: cannot execute the run's command (see the line above)\n";
     [[maybe_unused]] const ssize_t n = ::write(2, msg, sizeof msg - 1);
     ::_exit(127);
   }
@@ -262,6 +262,24 @@ PointState point_state(const std::string& run_dir) {
   return PointState::Pending;
 }
 
+std::vector<std::string> point_command(const SweepPoint& p, const std::string& config, const std::string& normlab,
+                                       const std::string& run_dir, bool gpu, int ranks,
+                                       const std::vector<std::string>& launcher) {
+  std::vector<std::string> argv;
+  if (ranks > 1) {
+    if (launcher.empty())
+      throw std::invalid_argument("sweep: runs of " + std::to_string(ranks) +
+                                  " ranks need a launcher (torchrun: the project's Python with torch)");
+    argv = launcher;
+    argv.insert(argv.end(), {"--no-python", "--standalone", "--nproc-per-node", std::to_string(ranks)});
+  }
+  argv.insert(argv.end(), {normlab, "train", "--config", config});
+  for (const auto& s : p.overrides) argv.insert(argv.end(), {"--set", s});
+  if (gpu) argv.insert(argv.end(), {"--set", "train.device=cuda"});
+  argv.insert(argv.end(), {"--out", run_dir, "--resume"});
+  return argv;
+}
+
 SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& o) {
   auto say = [&](const std::string& s) {
     if (o.say) o.say(s);
@@ -276,10 +294,6 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& o) {
   int jobs = spec.jobs;
   if (gpu) {
     const int per_run = spec.gpus_per_run > 0 ? spec.gpus_per_run : 1;
-    if (per_run > 1)
-      throw std::invalid_argument("sweep: --gpus-per-run " + std::to_string(per_run) +
-                                  ": multi-GPU runs need the distributed trainer, which this build does not have yet; "
-                                  "use --gpus-per-run 1");
     std::vector<std::string> devices;
     if (const auto v = env_value(o.environment, "CUDA_VISIBLE_DEVICES"); v && !v->empty()) {
       std::stringstream ss(*v);
@@ -330,6 +344,7 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& o) {
     size_t point;
     size_t slot;
     std::chrono::steady_clock::time_point start;
+    fs::file_time_type launched;  // to tell this child's summary.json from an earlier one
   };
   std::vector<Child> running;
   std::vector<bool> slot_busy(gpu ? slots.size() : static_cast<size_t>(jobs), false);
@@ -343,11 +358,8 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& o) {
     fs::remove(crash_file(dir));
     const PointState before = point_state(dir);
     Launch l;
-    l.argv = {o.normlab, "train", "--config", spec.config};
-    for (const auto& s : p.overrides) l.argv.insert(l.argv.end(), {"--set", s});
-    // The child sees only its slot's devices, numbered from 0.
-    if (gpu) l.argv.insert(l.argv.end(), {"--set", "train.device=cuda"});
-    l.argv.insert(l.argv.end(), {"--out", dir, "--resume"});
+    // The child sees only its slot's devices, numbered from 0; K > 1 of them: K ranks (FSDP).
+    l.argv = point_command(p, spec.config, o.normlab, dir, gpu, gpu ? std::max(spec.gpus_per_run, 1) : 1, o.launcher);
     size_t slot = 0;
     while (slot_busy[slot]) ++slot;
     std::map<std::string, std::string> child_env = env;
@@ -363,7 +375,7 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& o) {
                    gpu ? ("CUDA_VISIBLE_DEVICES=" + slots[slot] + " ").c_str() : "", cmd.c_str());
       std::fclose(f);
     }
-    running.push_back({spawn(l), idx, slot, std::chrono::steady_clock::now()});
+    running.push_back({spawn(l), idx, slot, std::chrono::steady_clock::now(), fs::file_time_type::clock::now()});
     slot_busy[slot] = true;
     say(std::string(before == PointState::Pending ? "start  " : "resume ") + p.name +
         (gpu ? " on GPU " + slots[slot] : "") + " (log: " + l.console + ")");
@@ -375,8 +387,13 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& o) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - c.start).count();
     const int code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
     std::string what;
+    // A launcher (torchrun) reports any failing rank as exit 1, a diverged run included: its
+    // own summary.json, written after this child started, says what happened.
+    std::error_code ec;
+    const fs::path summary = fs::path(dir) / "summary.json";
+    const bool fresh_summary = fs::exists(summary, ec) && fs::last_write_time(summary, ec) >= c.launched;
     if (code == exit_code(RunStatus::Completed) || code == exit_code(RunStatus::Diverged) ||
-        code == exit_code(RunStatus::Interrupted)) {
+        code == exit_code(RunStatus::Interrupted) || fresh_summary) {
       const PointState st = point_state(dir);
       what = std::string(enum_name(st));
       if (st == PointState::Completed) ++outcome.completed;

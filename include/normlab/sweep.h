@@ -63,6 +63,14 @@ template <> struct EnumNames<PointState> {
 };
 // clang-format on
 
+/// The command line of one point's run: `normlab train --config C --set ... --out RUN_DIR
+/// --resume` (with --set train.device=cuda on GPUs, where the child sees only its slot's
+/// devices), behind `launcher --no-python --standalone --nproc-per-node K` when K = ranks > 1.
+/// Throws std::invalid_argument when K > 1 and there is no launcher.
+std::vector<std::string> point_command(const SweepPoint& point, const std::string& config, const std::string& normlab,
+                                       const std::string& run_dir, bool gpu, int ranks,
+                                       const std::vector<std::string>& launcher);
+
 /// Completed or diverged (summary.json says so), interrupted (summary.json says so, or a
 /// checkpoint without a summary), crashed (the sweep recorded a failed child in
 /// sweep_status.json and no later summary exists), else pending.
@@ -73,6 +81,8 @@ struct SweepOptions {
   std::string normlab;                      // the normlab executable the children run
   std::vector<std::string> environment;     // KEY=VALUE the children inherit (main passes its own);
                                             // CUDA_VISIBLE_DEVICES and OMP_NUM_THREADS in it are honoured
+  std::vector<std::string> launcher;        // starts a run of gpus_per_run > 1 ranks, e.g. {python, "-m",
+                                            // "torch.distributed.run"} (torchrun; point_command)
   const std::atomic<int>* stop = nullptr;   // 1: stop children (SIGTERM) and launch no more; 2: kill them
   std::function<void(const std::string&)> say;  // progress lines (may be empty)
 };

@@ -6,7 +6,11 @@
 #   3. kill -9 of the sweep mid-way takes its children with it; the same command again skips
 #      the finished runs, resumes the interrupted one from its checkpoint and finishes;
 #   4. SIGINT (Ctrl-C) stops the running child with a checkpoint (exit 4); re-running finishes;
-#   5. malformed sweep specs are rejected before anything runs.
+#   5. malformed sweep specs are rejected before anything runs;
+#   6. runs of 2 GPUs each on 4 visible devices go through the launcher (a stand-in for torchrun
+#      that records what it was given and runs the command on the CPU): disjoint device pairs,
+#      --nproc-per-node 2, and a diverged run still reads "diverged" although the launcher
+#      reports any failure as exit 1, as torchrun does.
 # Usage: sweep.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
 set -euo pipefail
 normlab=$1 src=$2 kjv=$3 python=$4 work=$5
@@ -122,4 +126,37 @@ expect_error "--gpus-per-run 2 but the runs are on the CPU" "${base[@]}" --set t
 printf 'config: %s\nlrs: [1e-3]\n' "$src/configs/tiny/lm.yaml" > "$work/typo.yaml"
 expect_error "lrs: unknown key (did you mean 'lr'?)" --sweep "$work/typo.yaml"
 echo "malformed specs: rejected"
+
+# ---- 6. multi-GPU runs through the launcher -------------------------------------------------------
+cat > "$work/fake_torchrun.sh" <<'SH'
+#!/usr/bin/env bash
+# Records its arguments and devices, then runs the command after the launcher's own options on
+# the CPU; any failure becomes exit 1 (torchrun's behaviour).
+log=$FAKE_TORCHRUN_LOG
+args=()
+nproc=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --no-python|--standalone) shift ;;
+    --nproc-per-node) nproc=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
+for a in "$@"; do [ "$a" = train.device=cuda ] && args+=(train.device=cpu) || args+=("$a"); done
+echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES nproc=$nproc out=$(printf '%s\n' "$@" | grep -A1 -x -- --out | tail -1)" >> "$log"
+"${args[@]}" || exit 1
+SH
+chmod +x "$work/fake_torchrun.sh"
+rc=0
+CUDA_VISIBLE_DEVICES=0,1,2,3 NORMLAB_TORCHRUN="$work/fake_torchrun.sh" FAKE_TORCHRUN_LOG="$work/launcher.log" \
+  "$normlab" sweep "${base[@]}" --set train.device=cuda --gpus-per-run 2 --scheme pre_norm --lr 3e-3,1e3 \
+  --set train.steps=10 --set optimizer.grad_clip=0 --set scheduler.warmup_steps=0 --out "$work/gpus" \
+  > "$work/gpus.out" 2>&1 || rc=$?
+[ "$rc" -eq 0 ] || { cat "$work/gpus.out"; fail "multi-GPU sweep exit code $rc"; }
+[ "$(wc -l < "$work/launcher.log")" -eq 2 ] || { cat "$work/launcher.log"; fail "two launches expected"; }
+grep -q "CUDA_VISIBLE_DEVICES=0,1 nproc=2 " "$work/launcher.log" && grep -q "CUDA_VISIBLE_DEVICES=2,3 nproc=2 " "$work/launcher.log" \
+  || { cat "$work/launcher.log"; fail "runs did not get disjoint device pairs"; }
+grep -Eq "^\| pre_norm \| \*\*[0-9.]+\*\* \| diverged @ [0-9]+ \|$" "$work/gpus/summary.md" \
+  || { cat "$work/gpus/summary.md"; fail "the diverged run behind the launcher is not 'diverged'"; }
+echo "multi-GPU runs: $(tr '\n' ';' < "$work/launcher.log" | sed "s|$work/||g")"
 echo "PASS"

@@ -177,6 +177,23 @@ TEST(Sweep, GpuSlotsAreDisjointDeviceSets) {
   EXPECT_THROW(gpu_slots({"0"}, 0), std::invalid_argument);
 }
 
+TEST(Sweep, MultiGpuRunsStartUnderTheLauncher) {
+  SweepPoint p;
+  p.overrides = {"model.scheme=pre_norm", "optimizer.lr=0.001"};
+  using V = std::vector<std::string>;
+  EXPECT_EQ(point_command(p, "c.yaml", "/bin/normlab", "out/r", false, 1, {}),
+            (V{"/bin/normlab", "train", "--config", "c.yaml", "--set", "model.scheme=pre_norm", "--set", "optimizer.lr=0.001",
+               "--out", "out/r", "--resume"}));
+  EXPECT_EQ(point_command(p, "c.yaml", "/bin/normlab", "out/r", true, 1, {"torchrun"}),
+            (V{"/bin/normlab", "train", "--config", "c.yaml", "--set", "model.scheme=pre_norm", "--set", "optimizer.lr=0.001",
+               "--set", "train.device=cuda", "--out", "out/r", "--resume"}));
+  EXPECT_EQ(point_command(p, "c.yaml", "/bin/normlab", "out/r", true, 4, {"/usr/bin/python3", "-m", "torch.distributed.run"}),
+            (V{"/usr/bin/python3", "-m", "torch.distributed.run", "--no-python", "--standalone", "--nproc-per-node", "4",
+               "/bin/normlab", "train", "--config", "c.yaml", "--set", "model.scheme=pre_norm", "--set",
+               "optimizer.lr=0.001", "--set", "train.device=cuda", "--out", "out/r", "--resume"}));
+  EXPECT_THROW(point_command(p, "c.yaml", "/bin/normlab", "out/r", true, 2, {}), std::invalid_argument);
+}
+
 TEST(Sweep, PointStateComesFromTheRunFolder) {
   ScratchDir dir("sweep_state");
   const std::string run = dir / "run";

@@ -7,6 +7,7 @@
 #include <csignal>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -103,6 +104,14 @@ Runner setup_sweep(CLI::App& sub) {
     opts.out = out;
     opts.normlab = fs::read_symlink("/proc/self/exe").string();
     for (char** e = environ; *e; ++e) opts.environment.emplace_back(*e);
+    // Runs of several GPUs start under torchrun from the project's Python; NORMLAB_TORCHRUN
+    // (a command, split at spaces) replaces it.
+    if (const char* t = std::getenv("NORMLAB_TORCHRUN"); t && *t) {
+      std::stringstream ss(t);
+      for (std::string w; ss >> w;) opts.launcher.push_back(w);
+    } else {
+      opts.launcher = {project_python(), "-m", "torch.distributed.run"};
+    }
     opts.stop = &g_stop;
     opts.say = [](const std::string& line) { std::cout << line << std::endl; };
     const SweepOutcome r = run_sweep(spec, opts);

@@ -16,10 +16,14 @@ std::string shell_quoted(const std::string& s) {
 
 }  // namespace
 
-bool run_python_tool(const std::string& script, const std::vector<std::string>& args, const std::string& what) {
+std::string project_python() {
   const char* env_python = std::getenv("NORMLAB_PYTHON");
   std::string python = env_python && *env_python ? env_python : NORMLAB_DEFAULT_PYTHON;
-  if (python.empty()) python = "python3";
+  return python.empty() ? "python3" : python;
+}
+
+bool run_python_tool(const std::string& script, const std::vector<std::string>& args, const std::string& what) {
+  const std::string python = project_python();
   std::filesystem::path path = std::filesystem::path(NORMLAB_TOOLS_DIR) / script;
   if (!std::filesystem::exists(path)) path = std::filesystem::path(NORMLAB_INSTALLED_TOOLS_DIR) / script;
   if (!std::filesystem::exists(path)) {

@@ -7,6 +7,9 @@
 
 namespace normlab::cli {
 
+/// The project's Python: $NORMLAB_PYTHON, else the one the build used, else python3.
+std::string project_python();
+
 /// Runs `script` (a file name under tools/) with `args`; returns true when it succeeded.
 /// On failure prints what was skipped and why (`what`, e.g. "plots"), never throws.
 bool run_python_tool(const std::string& script, const std::vector<std::string>& args, const std::string& what);
