@@ -10,7 +10,9 @@
 #   4. the step-10 checkpoint of W = 2, consolidated, resumed on 3 ranks and on 1 gives the same
 #      step-11 loss as the uninterrupted W = 2 run;
 #   5. kill -9 of one rank, or a rank that hangs (SIGSTOP), ends the job non-zero with an error
-#      within the configured timeout.
+#      within the configured timeout;
+#   6. SIGTERM to mpirun: every rank stops after the same step with a sharded checkpoint that
+#      --resume continues from.
 # Run by CTest (label dist) on the built-in corpus fixture.
 # Usage: fsdp.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR   (env NORMLAB_MPIRUN: mpirun)
 set -euo pipefail
@@ -150,4 +152,22 @@ for sig in KILL STOP; do
   fi
   echo "SIG$sig of one rank: job exit $rc after $took s: $(grep -m1 -E 'error|exited on signal|did not complete' "$out" | cut -c1-160)"
 done
+# 6. SIGTERM to mpirun (forwarded to the ranks).
+"${mpi[@]}" -n 2 "$normlab" train "${args[@]}" --set train.steps=100000 --set checkpoint.every=0 --out "$work/term" \
+  > "$work/term.out" 2>&1 &
+job=$!
+for _ in $(seq 1 300); do
+  [ -f "$work/term/metrics.jsonl" ] && [ "$(wc -l < "$work/term/metrics.jsonl")" -ge 3 ] && break
+  sleep 0.2
+done
+kill -TERM "$job"
+wait "$job" || true
+grep -q '"status": "interrupted"' "$work/term/summary.json" || { cat "$work/term.out"; echo "FAIL: no interrupted summary after SIGTERM"; exit 1; }
+ckpt=$(ls -d "$work"/term/checkpoints/step-* | tail -1)
+ls "$ckpt"/model.rank-0000[01]-of-00002.safetensors > /dev/null || { echo "FAIL: no sharded checkpoint after SIGTERM"; exit 1; }
+at=$(basename "$ckpt" | sed 's/step-0*//')
+"${mpi[@]}" -n 2 "$normlab" train "${args[@]}" --set train.steps=$((at + 2)) --set checkpoint.every=0 --out "$work/term" --resume \
+  > "$work/term2.out" 2>&1 || { cat "$work/term2.out"; echo "FAIL: resume after SIGTERM"; exit 1; }
+grep -q '"status": "completed"' "$work/term/summary.json" || { echo "FAIL: the resumed run did not complete"; exit 1; }
+echo "SIGTERM to mpirun: both ranks checkpointed at step $at; --resume completed step $((at + 2))"
 echo "PASS"
