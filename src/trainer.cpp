@@ -226,7 +226,7 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
     const int64_t saved_world = checkpoint_world(*latest);
     if (saved_world > 1 && saved_world != world)
       throw std::invalid_argument(*latest + " was written by " + std::to_string(saved_world) + " ranks and this run has " +
-                                  std::to_string(world) + ": join its shards with `normlab checkpoint consolidate " +
+                                  std::to_string(world) + ": join its shards with `normlab checkpoint consolidate --checkpoint " +
                                   *latest + " --out NEW_RUN_DIR`, then resume NEW_RUN_DIR on any number of ranks");
     const Checkpoint ck = checkpoint_load(*latest, rank);
     if (!sharded) {
@@ -370,22 +370,22 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
     sum.wall_seconds = st.wall_seconds;
     auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
     nlohmann::json j = {{"status", std::string(enum_name(status))},
-                              {"exit_code", exit_code(status)},
-                              {"scheme", std::string(enum_name(cfg.model.scheme))},
-                              {"steps", sum.steps},
-                              {"steps_planned", cfg.train.steps},
-                              {"diverged_at", sum.diverged_at >= 0 ? nlohmann::json(sum.diverged_at) : nlohmann::json(nullptr)},
-                              {"final_train_loss", num(sum.final_train_loss)},
-                              {"final_val_loss", sum.final_val_loss >= 0 ? num(sum.final_val_loss) : nullptr},
-                              {"val_perplexity", sum.val_perplexity >= 0 ? num(sum.val_perplexity) : nullptr},
-                              {"spikes", sum.spikes},
-                              {"max_grad_norm", num(sum.max_grad_norm)},
-                              {"skipped_steps", sum.skipped_steps},
-                              {"tokens", sum.tokens},
-                              {"wall_seconds", sum.wall_seconds},
-                              {"parameters", counts.total},
-                              {"peak_memory_bytes", device_memory_bytes(device, /*peak=*/true)},
-                              {"tasks", final_tasks}};
+                        {"exit_code", exit_code(status)},
+                        {"scheme", std::string(enum_name(cfg.model.scheme))},
+                        {"steps", sum.steps},
+                        {"steps_planned", cfg.train.steps},
+                        {"diverged_at", sum.diverged_at >= 0 ? nlohmann::json(sum.diverged_at) : nlohmann::json(nullptr)},
+                        {"final_train_loss", num(sum.final_train_loss)},
+                        {"final_val_loss", sum.final_val_loss >= 0 ? num(sum.final_val_loss) : nullptr},
+                        {"val_perplexity", sum.val_perplexity >= 0 ? num(sum.val_perplexity) : nullptr},
+                        {"spikes", sum.spikes},
+                        {"max_grad_norm", num(sum.max_grad_norm)},
+                        {"skipped_steps", sum.skipped_steps},
+                        {"tokens", sum.tokens},
+                        {"wall_seconds", sum.wall_seconds},
+                        {"parameters", counts.total},
+                        {"peak_memory_bytes", device_memory_bytes(device, /*peak=*/true)},
+                        {"tasks", final_tasks}};
     if (sharded) {
       j["world_size"] = world;
       j["rank_state_bytes"] = sum.rank_state_bytes;
