@@ -24,6 +24,7 @@ set(NORMLAB_SOURCES
   kv_cache.cpp
   linear.cpp
   loader.cpp
+  loss.cpp
   mlp.cpp
   model.cpp
   model_config.cpp

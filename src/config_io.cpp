@@ -88,6 +88,7 @@ void visit(V& v, TrainConfig& t) {
   v("skip_nonfinite", t.skip_nonfinite, "skip steps whose loss or gradient is not finite instead of ending the run as diverged");
   v("spike_window", t.spike_window, "loss-spike detector: rolling window of steps");
   v("spike_sigma", t.spike_sigma, "loss-spike detector: a spike is a loss above mean + sigma * std of the window");
+  v("loss_chunk_rows", t.loss_chunk_rows, "> 0: cross-entropy over chunks of this many token rows, gradients formed in the forward, never the whole (tokens x vocabulary) logits; 0 = the plain loss");
   v("activation_checkpointing", t.activation_checkpointing, "none, or block: keep only each block's inputs and recompute the block in the backward (less memory, about one more forward)");
 }
 
@@ -127,6 +128,8 @@ void visit(V& v, DistributedConfig& d) {
   v("reshard_after_forward", d.reshard_after_forward, "FSDP: free each block's gathered weights after its forward (less memory, one more all-gather)");
   v("prefetch", d.prefetch, "FSDP: start the next block's all-gather before running this one (overlaps on GPUs)");
   v("force_fsdp", d.force_fsdp, "FSDP even in a single process (on CUDA through NCCL): measures the layer's cost");
+  v("param_dtype", d.param_dtype, "FSDP: dtype of the parameter all-gathers; auto = bf16 when training in bf16 (the compute dtype), else fp32");
+  v("reduce_dtype", d.reduce_dtype, "FSDP: dtype of the gradient reduce-scatter; fp32 (exact sums), bf16 (half the traffic), auto = param_dtype");
 }
 
 template <class V>

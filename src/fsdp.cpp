@@ -25,7 +25,8 @@ struct Fsdp::Unit {
   int64_t padded = 0, shard = 0;    // flat size (a multiple of W) and shard size
   torch::Tensor shard_param, shard_grad;  // fp32 (shard)
   bool gathered = false;
-  torch::Tensor incoming;           // the buffer of a gather in flight
+  torch::Tensor incoming;           // the buffer of a gather in flight (param_dtype)
+  torch::Tensor outgoing;           // this rank's shard in param_dtype while its gather is in flight
   std::unique_ptr<Communicator::Pending> in_flight;
   int64_t pending = 0;              // parameters still to accumulate in this backward
   bool reduced = true;              // this backward's gradient is in shard_grad
@@ -58,6 +59,8 @@ struct GatherBeforeBackward : torch::autograd::Function<GatherBeforeBackward> {
 Fsdp::Fsdp(DecoderLM model, Communicator& comm, const FsdpOptions& options, const OptimizerConfig& opt)
     : model_(std::move(model)), comm_(comm), options_(options) {
   TORCH_CHECK(model_->hooks == nullptr, "Fsdp: the model is already wrapped");
+  for (const auto t : {options_.param_dtype, options_.reduce_dtype})
+    TORCH_CHECK(t == torch::kFloat || t == torch::kBFloat16, "Fsdp: gathers and reductions run in float32 or bfloat16, not ", t);
   const int64_t W = comm_.world(), r = comm_.rank();
   const size_t L = model_->scheme_blocks.size();
   for (size_t l = 0; l <= L; ++l) {
@@ -128,8 +131,11 @@ Fsdp::~Fsdp() {
 
 void Fsdp::start_gather(Unit& u) {
   if (u.gathered || u.in_flight) return;
-  u.incoming = torch::empty({u.padded}, u.shard_param.options());
-  u.in_flight = comm_.all_gather_async(u.incoming, u.shard_param);
+  torch::NoGradGuard no_grad;
+  const bool narrow = options_.param_dtype != u.shard_param.scalar_type();
+  u.outgoing = narrow ? u.shard_param.to(options_.param_dtype) : u.shard_param;
+  u.incoming = torch::empty({u.padded}, u.outgoing.options());
+  u.in_flight = comm_.all_gather_async(u.incoming, u.outgoing);
 }
 
 void Fsdp::gather(Unit& u) {
@@ -138,7 +144,9 @@ void Fsdp::gather(Unit& u) {
   start_gather(u);
   u.in_flight->wait();
   u.in_flight.reset();
-  for (auto& q : u.params) q.tensor.set_data(u.incoming.narrow(0, q.offset, q.numel).view(q.shape));
+  u.outgoing = torch::Tensor();
+  const torch::Tensor full = u.incoming.to(u.shard_param.scalar_type());  // widened when gathered narrow
+  for (auto& q : u.params) q.tensor.set_data(full.narrow(0, q.offset, q.numel).view(q.shape));
   u.incoming = torch::Tensor();  // the parameters keep the buffer alive
   u.gathered = true;
 }
@@ -159,14 +167,14 @@ void Fsdp::free(Unit& u) {
 
 void Fsdp::reduce_grads(Unit& u) {
   torch::NoGradGuard no_grad;
-  torch::Tensor flat = torch::zeros({u.padded}, u.shard_param.options());
+  torch::Tensor flat = torch::zeros({u.padded}, u.shard_param.options().dtype(options_.reduce_dtype));
   for (auto& q : u.params) {
     if (q.tensor.grad().defined()) flat.narrow(0, q.offset, q.numel).copy_(q.tensor.grad().reshape(-1));
     q.tensor.mutable_grad().reset();
   }
-  torch::Tensor mine = torch::empty({u.shard}, u.shard_param.options());
+  torch::Tensor mine = torch::empty({u.shard}, flat.options());
   comm_.reduce_scatter(mine, flat);
-  u.shard_grad.add_(mine, 1.0 / static_cast<double>(comm_.world()));
+  u.shard_grad.add_(mine.to(u.shard_grad.scalar_type()), 1.0 / static_cast<double>(comm_.world()));
   u.reduced = true;
   free(u);
 }
@@ -221,6 +229,7 @@ void Fsdp::zero_grad() {
       u->in_flight->wait();
       u->in_flight.reset();
       u->incoming = torch::Tensor();
+      u->outgoing = torch::Tensor();
     }
   }
 }

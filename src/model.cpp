@@ -4,6 +4,7 @@
 
 #include "normlab/fused.h"
 #include "normlab/init.h"
+#include "normlab/loss.h"
 
 namespace normlab {
 
@@ -55,10 +56,20 @@ torch::Tensor DecoderLMImpl::forward(const torch::Tensor& tokens, const Probe& p
 }
 
 LossOutput DecoderLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets,
-                               double z_loss, const Probe& probe) {
+                               double z_loss, const Probe& probe, int64_t chunk_rows) {
   TORCH_CHECK(targets.sizes() == tokens.sizes(), "DecoderLM::loss: targets ", targets.sizes(),
               " must match tokens ", tokens.sizes());
   LossOutput out;
+  if (chunk_rows > 0) {
+    const torch::Tensor z = hidden(tokens, probe);
+    const ChunkedLoss c = linear_cross_entropy(z.reshape({-1, config.d_model}), head_weight(), targets.reshape({-1}),
+                                               z_loss, chunk_rows);
+    if (hooks) hooks->after_forward(torch::Tensor());
+    out.loss = c.loss;
+    out.ce = c.ce;
+    out.z = c.z;
+    return out;
+  }
   out.logits = forward(tokens, probe);
   const torch::Tensor flat = out.logits.reshape({-1, config.vocab_size});
   const torch::Tensor logits32 = flat.scalar_type() == torch::kDouble ? flat : flat.to(torch::kFloat);

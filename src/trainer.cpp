@@ -201,11 +201,20 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
   }
   std::unique_ptr<Fsdp> fsdp;
   std::unique_ptr<AdamW> opt_holder;
+  std::string fsdp_dtypes;  // for the log
   if (sharded) {
     FsdpOptions fo;
     fo.reshard_after_forward = cfg.distributed.reshard_after_forward;
     fo.checkpoint_blocks = cfg.train.activation_checkpointing == Recompute::Block;
     fo.prefetch = cfg.distributed.prefetch;
+    // auto: the compute dtype (bf16 under autocast) for gathers; reductions follow the gathers.
+    const auto dtype_of = [](Precision p, torch::ScalarType automatic) {
+      return p == Precision::Auto ? automatic : p == Precision::Bf16 ? torch::kBFloat16 : torch::kFloat;
+    };
+    fo.param_dtype = dtype_of(cfg.distributed.param_dtype, bf16 ? torch::kBFloat16 : torch::kFloat);
+    fo.reduce_dtype = dtype_of(cfg.distributed.reduce_dtype, fo.param_dtype);
+    fsdp_dtypes = std::string(", gathers in ") + (fo.param_dtype == torch::kBFloat16 ? "bf16" : "fp32") +
+                  ", reductions in " + (fo.reduce_dtype == torch::kBFloat16 ? "bf16" : "fp32");
     fsdp = std::make_unique<Fsdp>(model, comm, fo, cfg.optimizer);
     std::vector<OptParam> pieces;
     for (const ShardPiece& p : fsdp->pieces()) pieces.push_back({p.name, p.param, p.decay});
@@ -293,7 +302,8 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
        device.str() + (bf16 ? " (bf16 autocast)" : " (fp32)") + "; " + std::to_string(cfg.train.steps) + " steps of " +
        std::to_string(cfg.train.global_batch) + " x " + std::to_string(cfg.data.seq_len) + " tokens (" +
        std::to_string(loader.micro_steps()) + " micro-steps" +
-       (sharded ? " on each of " + std::to_string(world) + " ranks, FSDP over " + comm.backend() : "") + "); run folder " +
+       (sharded ? " on each of " + std::to_string(world) + " ranks, FSDP over " + comm.backend() + fsdp_dtypes : "") +
+       "); run folder " +
        o.run_dir);
 
   TrainSummary sum;
@@ -414,7 +424,7 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
       {
         AutocastGuard autocast(bf16);
         out = model->loss(b.inputs.to(device, /*non_blocking=*/true), b.targets.to(device, /*non_blocking=*/true),
-                          cfg.train.z_loss);
+                          cfg.train.z_loss, nullptr, cfg.train.loss_chunk_rows);
       }
       (out.loss * scale).backward();
       if (fsdp) fsdp->finish_backward();

@@ -73,6 +73,7 @@ struct TrainConfig {
   int64_t spike_window = 128;      // loss-spike detector: rolling window of steps
   double spike_sigma = 6.0;        // a spike: loss above mean + sigma * std of the window
   Recompute activation_checkpointing = Recompute::None;  // block: keep block inputs, recompute inside
+  int64_t loss_chunk_rows = 0;     // > 0: the loss in chunks of this many rows, never the whole logits (loss.h)
 };
 
 struct EvalConfig {
@@ -106,6 +107,8 @@ struct DistributedConfig {
   bool reshard_after_forward = true;        // FSDP: free each block's gathered weights after its forward
   bool prefetch = true;                     // FSDP: start the next block's all-gather before this one runs
   bool force_fsdp = false;                  // FSDP (and on CUDA the NCCL engine) even in one process
+  Precision param_dtype = Precision::Auto;  // FSDP all-gather dtype: auto = bf16 when training in bf16, else fp32
+  Precision reduce_dtype = Precision::Fp32; // FSDP gradient reduce-scatter dtype: auto = param_dtype
 };
 
 struct RunConfig {

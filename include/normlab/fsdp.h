@@ -9,6 +9,11 @@
 //             module's parameters become views into it; after the block it is freed again
 //             (reshard_after_forward) unless gradients are off. The root unit stays gathered
 //             from the embedding until its gradients are reduced.
+//   dtypes    shards, shard gradients and optimizer state are fp32. With param_dtype bf16 the
+//             shards travel rounded to bf16 (half the traffic) and are widened into the
+//             module's fp32 parameters, so the model computes from bf16-rounded weights (what
+//             bf16 autocast feeds its matmuls anyway) and its gradients stay fp32; with
+//             reduce_dtype bf16 the gradients are summed over ranks in bf16, else in fp32.
 //   prefetch  the next unit's all-gather (forward: block l+1; backward: block l-1) is started
 //             before the current unit computes, so that an engine that overlaps (NCCL, on its
 //             own stream) moves it while the block runs; at most one unit is in flight
@@ -40,6 +45,8 @@ struct FsdpOptions {
   bool reshard_after_forward = true;  // free each block's gathered parameters after its forward
   bool checkpoint_blocks = false;     // activation checkpointing of every block (checkpointing.h)
   bool prefetch = true;               // start the next unit's all-gather before running this one
+  torch::ScalarType param_dtype = torch::kFloat;   // all-gather dtype (kFloat or kBFloat16)
+  torch::ScalarType reduce_dtype = torch::kFloat;  // reduce-scatter dtype (kFloat or kBFloat16)
 };
 
 /// This rank's elements of one parameter.

@@ -24,7 +24,7 @@ struct LossOutput {
   torch::Tensor loss;    // () cross-entropy + z-loss term: what backward() is called on
   torch::Tensor ce;      // () mean cross-entropy
   torch::Tensor z;       // () mean logsumexp^2 (unweighted); only when z_loss > 0
-  torch::Tensor logits;  // (B, T, V)
+  torch::Tensor logits;  // (B, T, V); undefined from the chunked loss
 };
 
 /// A layer applied to a built model (FSDP, fsdp.h) sees its forward pass through these: before
@@ -51,9 +51,10 @@ class DecoderLMImpl : public torch::nn::Module {
   /// Logits (B, T, V).
   torch::Tensor forward(const torch::Tensor& tokens, const Probe& probe = nullptr);
   /// Logits and the mean next-token loss against `targets` (B, T); z_loss weights
-  /// mean(logsumexp(logits)^2). Cross-entropy is computed in fp32.
+  /// mean(logsumexp(logits)^2). Cross-entropy is computed in fp32. chunk_rows > 0: the loss
+  /// through linear_cross_entropy (loss.h) in chunks of that many rows, without logits.
   LossOutput loss(const torch::Tensor& tokens, const torch::Tensor& targets, double z_loss = 0.0,
-                  const Probe& probe = nullptr);
+                  const Probe& probe = nullptr, int64_t chunk_rows = 0);
 
   /// The head weight in use: head.weight, or embed.weight when tied.
   torch::Tensor head_weight() const;

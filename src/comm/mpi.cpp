@@ -22,14 +22,24 @@ namespace {
 
 MPI_Datatype mpi_type(const torch::Tensor& t, bool reducing) {
   switch (t.scalar_type()) {
-    case torch::kFloat:  return MPI_FLOAT;
-    case torch::kDouble: return MPI_DOUBLE;
-    case torch::kLong:   return MPI_INT64_T;
-    case torch::kInt:    return MPI_INT32_T;
+    case torch::kFloat:    return MPI_FLOAT;
+    case torch::kDouble:   return MPI_DOUBLE;
+    case torch::kLong:     return MPI_INT64_T;
+    case torch::kInt:      return MPI_INT32_T;
+    case torch::kBFloat16: return MPI_UINT16_T;  // summed by bf16_sum (MPI has no bfloat16)
     default: break;
   }
-  TORCH_CHECK(!reducing, "MPI communicator: cannot reduce ", t.scalar_type(), " tensors (float, double, int32, int64)");
+  TORCH_CHECK(!reducing, "MPI communicator: cannot reduce ", t.scalar_type(),
+              " tensors (float, double, bfloat16 sums, int32, int64)");
   return MPI_BYTE;
+}
+
+// MPI_Op for bfloat16 sums: each pair added in float and rounded back to nearest even, as
+// NCCL's bfloat16 reductions do.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const c10::BFloat16*>(in);
+  auto* b = static_cast<c10::BFloat16*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = c10::BFloat16(static_cast<float>(a[i]) + static_cast<float>(b[i]));
 }
 
 int count_of(const torch::Tensor& t, MPI_Datatype type) {
@@ -55,6 +65,7 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    MPI_Op_create(&bf16_sum, /*commute=*/1, &bf16_sum_);
     if (rank_ != env.rank || world_ != env.world)
       throw std::invalid_argument("MPI reports rank " + std::to_string(rank_) + " of " + std::to_string(world_) +
                                   " but the launcher's variables say rank " + std::to_string(env.rank) + " of " +
@@ -63,7 +74,10 @@ class MpiCommunicator final : public Communicator {
   ~MpiCommunicator() override {
     // After a failed collective, peers may be gone: finalizing could block. Exiting without it
     // makes mpirun end the job, which is what a failed rank should do.
-    if (!failed_) MPI_Finalize();
+    if (!failed_) {
+      MPI_Op_free(&bf16_sum_);
+      MPI_Finalize();
+    }
   }
 
   int rank() const override { return rank_; }
@@ -101,8 +115,8 @@ class MpiCommunicator final : public Communicator {
                 "reduce_scatter: in must hold world x out elements of the same dtype");
     const MPI_Datatype type = mpi_type(in, true);
     MPI_Request req;
-    check(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count_of(out, type), type, MPI_SUM, MPI_COMM_WORLD,
-                                    &req), "reduce_scatter");
+    check(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count_of(out, type), type, sum_op(in),
+                                    MPI_COMM_WORLD, &req), "reduce_scatter");
     wait(req, "reduce_scatter", in.numel());
   }
 
@@ -110,7 +124,8 @@ class MpiCommunicator final : public Communicator {
     check_cpu(t, "all_reduce");
     const MPI_Datatype type = mpi_type(t, true);
     MPI_Request req;
-    check(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t, type), type, op == ReduceOp::Sum ? MPI_SUM : MPI_MAX,
+    TORCH_CHECK(op == ReduceOp::Sum || t.scalar_type() != torch::kBFloat16, "MPI communicator: no bfloat16 max");
+    check(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t, type), type, op == ReduceOp::Sum ? sum_op(t) : MPI_MAX,
                          MPI_COMM_WORLD, &req), "all_reduce");
     wait(req, "all_reduce", t.numel());
   }
@@ -130,6 +145,8 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  MPI_Op sum_op(const torch::Tensor& t) const { return t.scalar_type() == torch::kBFloat16 ? bf16_sum_ : MPI_SUM; }
+
   void check(int rc, const char* what) {
     if (rc == MPI_SUCCESS) return;
     failed_ = true;
@@ -176,6 +193,7 @@ class MpiCommunicator final : public Communicator {
   };
 
   int rank_ = 0, world_ = 1;
+  MPI_Op bf16_sum_ = MPI_OP_NULL;
   std::chrono::seconds timeout_;
   bool failed_ = false;
 };

@@ -4,7 +4,8 @@
 #   1. W = 2 and W = 3 (uneven shards): the same losses at every step (1e-5 relative) and, after
 #      consolidating the last checkpoint, the same parameters as the single process; W = 2
 #      without prefetching: bitwise the losses of W = 2; with activation checkpointing and FSDP
-#      forced on one process: the same losses up to summation order;
+#      forced on one process: the same losses up to summation order; W = 2 gathering and
+#      reducing in bf16 (MPI's sum through normlab's bf16 op): within bf16 precision;
 #   2. each rank holds at most 1/W + 5 % of the unsharded parameter + gradient + optimizer bytes;
 #   3. a sharded run stopped at step 10 and resumed gives bitwise the same losses;
 #   4. the step-10 checkpoint of W = 2, consolidated, resumed on 3 ranks and on 1 gives the same
@@ -44,6 +45,9 @@ t2=$(date +%s.%N)
   --out "$work/w2-recompute" > "$work/w2-rc.out" 2>&1 || { cat "$work/w2-rc.out"; echo "FAIL: W=2 recompute"; exit 1; }
 "$normlab" train "${args[@]}" --set distributed.force_fsdp=true --out "$work/w1-fsdp" > "$work/w1-fsdp.out" 2>&1 \
   || { cat "$work/w1-fsdp.out"; echo "FAIL: force_fsdp"; exit 1; }
+"${mpi[@]}" -n 2 "$normlab" train "${args[@]}" --set distributed.param_dtype=bf16 --set distributed.reduce_dtype=bf16 \
+  --out "$work/w2-bf16" > "$work/w2-bf16.out" 2>&1 || { cat "$work/w2-bf16.out"; echo "FAIL: W=2 bf16"; exit 1; }
+grep -q "gathers in bf16, reductions in bf16" "$work/w2-bf16.out" || { cat "$work/w2-bf16.out"; echo "FAIL: bf16 not in the log"; exit 1; }
 awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { printf "20 steps: 1 process %.1f s; W=2 and W=3 together %.1f s\n", b - a, c - b }'
 
 "$python" - "$work" <<'PY'
@@ -87,6 +91,9 @@ rc, forced = rel_to(losses("w2"), losses("w2-recompute")), rel_to(ref, losses("w
 assert rc <= 1e-6 and forced <= 1e-5, (rc, forced)
 print(f"W=2: without prefetch bitwise the same losses, with activation checkpointing within {rc:.1e}; "
       f"FSDP forced on 1 process: within {forced:.1e} of 1 process")
+bf = rel_to(ref, losses("w2-bf16"))
+assert 0 < bf <= 5e-3, bf  # not bitwise fp32 (the bf16 path ran), within bf16 rounding of the weights
+print(f"W=2 with bf16 gathers and reductions: losses within {bf:.1e} relative of 1 process in fp32")
 PY
 
 # 3. stop at step 10, resume: bitwise the same losses as the uninterrupted W = 2 run.

@@ -22,7 +22,7 @@ namespace {
 // W threads as W ranks: every collective is a barrier-separated exchange through shared memory.
 class ThreadGroup {
  public:
-  explicit ThreadGroup(int world) : world_(world), slots_(world) {}
+  explicit ThreadGroup(int world) : slots_(world), world_(world) {}
   int world() const { return world_; }
   void barrier() {
     std::unique_lock<std::mutex> lock(mu_);
@@ -120,10 +120,16 @@ ModelConfig model_config(Scheme scheme, bool tied) {
 }
 
 // The plain model's gradients of one loss on `tokens` (ranks' slices together).
+// bf16_weights: the plain model's parameters rounded to bfloat16 first (what bf16 gathers give).
 std::map<std::string, torch::Tensor> reference_grads(const ModelConfig& cfg, const torch::Tensor& tokens,
-                                                     const torch::Tensor& targets, double* loss) {
+                                                     const torch::Tensor& targets, double* loss,
+                                                     bool bf16_weights = false) {
   torch::manual_seed(7);
   DecoderLM model(cfg);
+  if (bf16_weights) {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) p.copy_(p.to(torch::kBFloat16).to(torch::kFloat));
+  }
   const LossOutput out = model->loss(tokens, targets);
   out.loss.backward();
   *loss = out.loss.item<double>();
@@ -134,16 +140,20 @@ std::map<std::string, torch::Tensor> reference_grads(const ModelConfig& cfg, con
 
 // W ranks each compute the loss on their slice of the batch under FSDP; the joined shard
 // gradients must be the plain model's gradient of the whole batch.
-void expect_sharded_gradients(Scheme scheme, int world, bool tied, bool reshard, bool checkpoint = false) {
+// Gathers in `gather` dtype: the reference model's weights are rounded the same way. Reductions
+// in bf16: the sums are bf16 numbers (checked exactly for W = 2, where sum / 2 stays one).
+void expect_sharded_gradients(Scheme scheme, int world, bool tied, bool reshard, bool checkpoint = false,
+                              torch::ScalarType gather = torch::kFloat, torch::ScalarType reduce = torch::kFloat) {
   SCOPED_TRACE(std::string(enum_name(scheme)) + " W=" + std::to_string(world) + (tied ? " tied" : "") +
-               (reshard ? "" : " no-reshard") + (checkpoint ? " checkpointed" : ""));
+               (reshard ? "" : " no-reshard") + (checkpoint ? " checkpointed" : "") +
+               (gather == torch::kBFloat16 ? " bf16 gathers" : "") + (reduce == torch::kBFloat16 ? " bf16 sums" : ""));
   const ModelConfig cfg = model_config(scheme, tied);
   torch::manual_seed(3);
   const int64_t B = 2 * world, T = 6;
   const torch::Tensor tokens = torch::randint(cfg.vocab_size, {B, T}, torch::kLong);
   const torch::Tensor targets = torch::randint(cfg.vocab_size, {B, T}, torch::kLong);
   double ref_loss = 0.0;
-  const auto ref = reference_grads(cfg, tokens, targets, &ref_loss);
+  const auto ref = reference_grads(cfg, tokens, targets, &ref_loss, gather == torch::kBFloat16);
 
   std::mutex mu;
   std::map<std::string, std::vector<std::pair<int64_t, torch::Tensor>>> pieces;  // name -> (start, grad)
@@ -154,6 +164,8 @@ void expect_sharded_gradients(Scheme scheme, int world, bool tied, bool reshard,
     FsdpOptions o;
     o.reshard_after_forward = reshard;
     o.checkpoint_blocks = checkpoint;
+    o.param_dtype = gather;
+    o.reduce_dtype = reduce;
     Fsdp fsdp(model, comm, o, OptimizerConfig{});
     fsdp.zero_grad();
     const LossOutput out = model->loss(tokens.narrow(0, rank * 2, 2), targets.narrow(0, rank * 2, 2));
@@ -173,7 +185,14 @@ void expect_sharded_gradients(Scheme scheme, int world, bool tied, bool reshard,
     for (const auto& [start, t] : parts) flat.push_back(t);
     const torch::Tensor joined = torch::cat(flat);
     ASSERT_EQ(joined.numel(), g.numel()) << name;
-    EXPECT_TRUE(test::close(joined.view(g.sizes()), g, 1e-5)) << name;
+    if (reduce == torch::kFloat) {
+      EXPECT_TRUE(test::close(joined.view(g.sizes()), g, 1e-5)) << name;
+    } else {
+      EXPECT_TRUE(test::close(joined.view(g.sizes()), g, 2e-2)) << name;  // bf16 has 8 mantissa bits
+      if (world == 2) {
+        EXPECT_TRUE(torch::equal(joined, joined.to(torch::kBFloat16).to(torch::kFloat))) << name;
+      }
+    }
   }
   // Between steps a rank holds its shards (parameters and gradients) and nothing else.
   int64_t total = 0;
@@ -187,6 +206,18 @@ TEST(Fsdp, ShardedGradientsEqualTheWholeBatchGradient) {
   expect_sharded_gradients(Scheme::SiameseHybrid, 3, false, true);  // uneven shards
   expect_sharded_gradients(Scheme::Siamese, 2, true, false);        // tied head, gathered through backward
   expect_sharded_gradients(Scheme::ResiDual, 3, true, true);
+}
+
+TEST(Fsdp, GathersAndReducesInBfloat16) {
+  // bf16 gathers: exactly the gradients of the model with bf16-rounded weights (fp32 sums).
+  expect_sharded_gradients(Scheme::SiameseHybrid, 3, false, true, false, torch::kBFloat16, torch::kFloat);
+  // bf16 sums: within bf16 precision of them, and bf16 numbers.
+  expect_sharded_gradients(Scheme::PreNorm, 2, true, true, false, torch::kBFloat16, torch::kBFloat16);
+  expect_sharded_gradients(Scheme::Siamese, 2, false, false, false, torch::kFloat, torch::kBFloat16);
+  FsdpOptions wrong;
+  wrong.param_dtype = torch::kHalf;
+  SingleProcess one;
+  EXPECT_THROW(Fsdp(build(model_config(Scheme::PreNorm, false), 7), one, wrong, OptimizerConfig{}), c10::Error);
 }
 
 TEST(Fsdp, ComposesWithActivationCheckpointing) {
