@@ -26,6 +26,13 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x) {
   return upcast ? y.to(x.scalar_type()) : y;
 }
 
+std::pair<torch::Tensor, torch::Tensor> NormImpl::add_forward(const torch::Tensor& x, const torch::Tensor& b,
+                                                               double divisor) {
+  if (options.type() == NormType::RmsNorm) return fused::add_rms_norm(x, b, divisor, weight, options.eps());
+  const torch::Tensor r = divisor == 1.0 ? x + b : x + b / divisor;
+  return {r, forward(r)};
+}
+
 void NormImpl::pretty_print(std::ostream& stream) const {
   stream << "normlab::Norm(" << enum_name(options.type()) << ", " << options.dim()
          << ", eps=" << options.eps() << (options.gain() ? "" : ", no gain") << ")";

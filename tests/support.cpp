@@ -1,5 +1,6 @@
 #include "support.h"
 
+#include "normlab/fused.h"
 #include "normlab/tokenizer.h"
 
 #include <unistd.h>
@@ -163,6 +164,52 @@ double directional_derivative(const std::function<torch::Tensor()>& f, torch::Te
   const double down = f().item<double>();
   x.copy_(orig);
   return (up - down) / (2.0 * eps);
+}
+
+::testing::AssertionResult add_rms_norm_matches_reference(torch::Device device, torch::ScalarType s,
+                                                          torch::ScalarType bt, int64_t rows, int64_t cols,
+                                                          double divisor, double tol) {
+  torch::manual_seed(rows * 131 + cols);
+  // Inputs are rounded to their storage dtypes first, so the reference sees what the op sees.
+  const torch::Tensor x0 = torch::randn({rows, cols}, torch::kDouble).to(s).to(torch::kDouble);
+  const torch::Tensor b0 = torch::randn({rows, cols}, torch::kDouble).to(bt).to(torch::kDouble);
+  const torch::Tensor w0 = torch::rand({cols}, torch::kDouble).add(0.5).to(torch::kFloat).to(torch::kDouble);
+  const torch::Tensor cr = torch::randn({rows, cols}, torch::kDouble), cn = torch::randn({rows, cols}, torch::kDouble);
+  const double eps = 1e-5;
+  for (int use = 0; use < 3; ++use) {  // loss on n only, on r and n, on r only
+    const auto loss = [&](const torch::Tensor& r, const torch::Tensor& n) {
+      torch::Tensor l = torch::zeros({}, torch::kDouble);
+      if (use <= 1) l = l + (n.to(torch::kDouble).cpu() * cn).sum();
+      if (use >= 1) l = l + (r.to(torch::kDouble).cpu() * cr).sum();
+      return l;
+    };
+    const torch::Tensor xr = x0.clone().requires_grad_(), br = b0.clone().requires_grad_(),
+                        wr = w0.clone().requires_grad_();
+    const torch::Tensor rr = xr + br / divisor;
+    const torch::Tensor nr = wr * rr * torch::rsqrt(rr.pow(2).mean(-1, true) + eps);
+    const auto gref = torch::autograd::grad({loss(rr, nr)}, {xr, br, wr}, {}, std::nullopt, false, /*allow_unused=*/true);
+
+    const torch::Tensor x = x0.to(device, s).requires_grad_(), b = b0.to(device, bt).requires_grad_(),
+                        w = w0.to(device, torch::kFloat).requires_grad_();
+    const auto [r, n] = fused::add_rms_norm(x, b, divisor, w, eps);
+    if (r.scalar_type() != s || n.scalar_type() != s || r.device() != device)
+      return ::testing::AssertionFailure() << "outputs " << r.scalar_type() << "/" << n.scalar_type() << " on "
+                                           << r.device() << ", expected " << s << " on " << device;
+    const auto got = torch::autograd::grad({loss(r, n)}, {x, b, w}, {}, std::nullopt, false, /*allow_unused=*/true);
+    const std::pair<const char*, std::pair<torch::Tensor, torch::Tensor>> checks[] = {
+        {"r", {r, rr}}, {"n", {n, nr}}, {"grad x", {got[0], gref[0]}}, {"grad b", {got[1], gref[1]}}};
+    for (const auto& [what, pair] : checks) {
+      // b's gradient is stored in b's dtype: bf16 holds it to 8 bits.
+      const double t = bt == torch::kBFloat16 && std::string(what) == "grad b" ? std::max(tol, 1e-2) : tol;
+      const auto result = close(pair.first.detach().to(torch::kDouble).cpu(), pair.second.detach(), t);
+      if (!result) return ::testing::AssertionFailure() << what << " (loss " << use << "): " << result.message();
+    }
+    if (use <= 1) {  // w only gets a gradient through n
+      const auto result = close(got[2].to(torch::kDouble).cpu(), gref[2], tol);
+      if (!result) return ::testing::AssertionFailure() << "grad w (loss " << use << "): " << result.message();
+    }
+  }
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace normlab::test

@@ -3,12 +3,17 @@
 //   rms_norm(x, w, eps) = w * x * rsqrt(mean(x^2) + eps)    one pass per row (float32/float64)
 //   rope(x, cos, sin)   = x * cos + cat(-x2, x1) * sin      x (B, T, H, D), tables (T, D)
 //   linear(x, w)        = x w^T                             float32 GEMMs through oneDNN
-// Other devices and dtypes take the ATen ops (the CUDA kernels are the GPU performance work).
+// Other devices and dtypes take the ATen ops. One op is for CUDA (add_rms_norm.cpp, kernels in
+// src/kernels/kernels.cu), with the plain composition as its path everywhere else:
+//   add_rms_norm(x, b, d, w) = (r, w * r * rsqrt(mean(r^2) + eps)),  r = x + b / d
+// the residual add of a sub-layer and the RMSNorm that follows it, in one pass per row.
 // Measured effect on a training step: docs/performance-cpu.md, which also lists what was
 // tried and dropped (a one-pass SwiGLU and cross-entropy were no faster than ATen's).
 #pragma once
 
 #include <torch/types.h>
+
+#include <utility>
 
 namespace normlab::fused {
 
@@ -17,6 +22,16 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
 torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight);
 
+
+/// (r, n) as above. On CUDA (fusable_add_rms_norm) one fused kernel forward and one backward;
+/// elsewhere r = d == 1 ? x + b : x + b / d and n = rms_norm(r) in at least fp32, cast to r's
+/// dtype: exactly what Norm computes (norm.h). `weight` may be undefined (no gain: composed).
+std::pair<torch::Tensor, torch::Tensor> add_rms_norm(const torch::Tensor& x, const torch::Tensor& b, double divisor,
+                                                     const torch::Tensor& weight, double eps);
+
+/// True when add_rms_norm takes the CUDA kernels: a CUDA build; x, b and an fp32 gain on one
+/// CUDA device; x and b contiguous of one shape; x fp32 with b fp32 or bf16, or both bf16.
+bool fusable_add_rms_norm(const torch::Tensor& x, const torch::Tensor& b, const torch::Tensor& weight);
 
 /// Whether linear() uses oneDNN in this build (LibTorch exports its matmul and has oneDNN).
 bool onednn_linear_available();

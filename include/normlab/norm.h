@@ -2,13 +2,16 @@
 // bias, always computed in at least fp32 (PAPER.md, conventions of the reference code):
 //   rmsnorm:   y = w * x * rsqrt(mean(x^2) + eps)
 //   layernorm: y = w * (x - mean(x)) * rsqrt(var(x) + eps)
-// RMSNorm runs the fused kernel of fused.h on CPU.
+// RMSNorm runs the fused kernel of fused.h on CPU; add_forward fuses the residual add before
+// the norm (a CUDA kernel on GPUs).
 // Example: Norm n(NormOptions(512).eps(1e-5)); auto y = n(x);
 #pragma once
 
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
+
+#include <utility>
 
 #include "normlab/model_config.h"
 
@@ -28,6 +31,11 @@ class NormImpl : public torch::nn::Module {
  public:
   explicit NormImpl(const NormOptions& options);
   torch::Tensor forward(const torch::Tensor& x);
+  /// The residual add before the norm, and the norm: (r, forward(r)) with r = x + b / divisor.
+  /// RMSNorm goes through fused::add_rms_norm (one CUDA kernel on GPUs; the same composition
+  /// elsewhere), LayerNorm through the composition.
+  std::pair<torch::Tensor, torch::Tensor> add_forward(const torch::Tensor& x, const torch::Tensor& b,
+                                                      double divisor = 1.0);
   void pretty_print(std::ostream& stream) const override;
 
   NormOptions options;

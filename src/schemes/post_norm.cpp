@@ -15,10 +15,9 @@ class PostNormBlock : public SchemeBlockImpl {
         f(add_branches(*this, cfg, layer, device)) {}
 
   Streams forward(const Streams& s) override {
-    torch::Tensor x = s.x;
-    x = attn_norm(x + f.attn(x));
-    x = mlp_norm(x + f.mlp(x));
-    return {x, {}};
+    // Each add-then-norm is one op (fused on CUDA); only the normed stream goes on.
+    const torch::Tensor x = attn_norm->add_forward(s.x, f.attn(s.x)).second;
+    return {mlp_norm->add_forward(x, f.mlp(x)).second, {}};
   }
 
   Norm attn_norm, mlp_norm;

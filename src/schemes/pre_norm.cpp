@@ -15,10 +15,9 @@ class PreNormBlock : public SchemeBlockImpl {
         f(add_branches(*this, cfg, layer, device)) {}
 
   Streams forward(const Streams& s) override {
-    torch::Tensor x = s.x;
-    x = x + f.attn(attn_norm(x));
-    x = x + f.mlp(mlp_norm(x));
-    return {x, {}};
+    // The residual add of the attention and the MLP's input norm are one op (fused on CUDA).
+    const auto [x, h] = mlp_norm->add_forward(s.x, f.attn(attn_norm(s.x)));
+    return {x + f.mlp(h), {}};
   }
 
   Norm attn_norm, mlp_norm;

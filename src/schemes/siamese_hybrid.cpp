@@ -28,12 +28,12 @@ class SiameseHybridBlock : public SchemeBlockImpl {
     torch::Tensor x = s.x, y = s.y;
 
     const torch::Tensor a = f.attn(c1 * x + attn_y_norm(y));
-    x = x + a / c;
-    y = y + a;
-
-    const torch::Tensor xt = mlp_norm(x);
-    const torch::Tensor h = xt + mlp_y_norm(y);
-    const torch::Tensor g = f.mlp(mlp_in_norm ? mlp_in_norm(h) : h);
+    // The residual adds and the norms after them, each pair one op (fused on CUDA):
+    // X~ = N_mlp(X + A / c), Y = Y + A with N_mlp_y(Y), H = X~ + N_mlp_y(Y) with N_mlp_in(H).
+    const torch::Tensor xt = mlp_norm->add_forward(x, a, c).second;
+    torch::Tensor ny;
+    std::tie(y, ny) = mlp_y_norm->add_forward(y, a);
+    const torch::Tensor g = f.mlp(mlp_in_norm ? mlp_in_norm->add_forward(xt, ny).second : xt + ny);
     y = y + g;
     x = xt + g / c;
     return {x, y};

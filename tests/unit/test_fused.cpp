@@ -4,6 +4,7 @@
 
 #include "normlab/cpu_allocator.h"
 #include "normlab/fused.h"
+#include "normlab/norm.h"
 #include "support.h"
 
 using namespace normlab;
@@ -85,6 +86,28 @@ TEST(Fused, UnfusedDevicesAndDtypesTakeTheComposition) {
   const torch::Tensor c = torch::randn({2, 4}).to(torch::kBFloat16), s = torch::randn({2, 4}).to(torch::kBFloat16);
   EXPECT_TRUE(torch::equal(fused::rope(q, c, s), rope_ref(q, c, s)));
   EXPECT_EQ(fused::rms_norm(x, {}, 1e-5).scalar_type(), torch::kBFloat16);
+}
+
+TEST(Fused, AddRmsNormOffCudaIsTheNormsComposition) {
+  // Against the formulas, for the dtypes the model's streams take.
+  EXPECT_TRUE(test::add_rms_norm_matches_reference(torch::kCPU, torch::kDouble, torch::kDouble, 6, 40, 1.0, 1e-7));  // w is fp32
+  EXPECT_TRUE(test::add_rms_norm_matches_reference(torch::kCPU, torch::kFloat, torch::kFloat, 9, 64, 2.5, 1e-5));
+  EXPECT_TRUE(test::add_rms_norm_matches_reference(torch::kCPU, torch::kFloat, torch::kBFloat16, 3, 24, 4.0, 1e-5));
+  // Bitwise what the schemes computed before the op existed: the add, then Norm.
+  torch::manual_seed(3);
+  for (const double d : {1.0, 2.0 / 3.0}) {
+    const torch::Tensor x = torch::randn({2, 5, 32}), b = torch::randn({2, 5, 32});
+    Norm norm(NormOptions(32));
+    norm->weight.data().uniform_(0.5, 1.5);
+    const auto [r, n] = norm->add_forward(x, b, d);
+    const torch::Tensor r_ref = d == 1.0 ? x + b : x + b / d;
+    EXPECT_TRUE(torch::equal(r, r_ref));
+    EXPECT_TRUE(torch::equal(n, norm(r_ref)));
+    Norm layer(NormOptions(32).type(NormType::LayerNorm));
+    EXPECT_TRUE(torch::equal(layer->add_forward(x, b, d).second, layer(r_ref)));
+  }
+  // Dispatch: the CUDA kernels never take CPU tensors.
+  EXPECT_FALSE(fused::fusable_add_rms_norm(torch::zeros({2, 4}), torch::zeros({2, 4}), torch::ones({4})));
 }
 
 // The caching allocator (not installed here: that would switch the whole test process).
