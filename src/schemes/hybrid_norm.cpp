@@ -17,11 +17,9 @@ class HybridNormBlock : public SchemeBlockImpl {
         f(add_branches(*this, cfg, layer, device)) {}
 
   Streams forward(const Streams& s) override {
-    torch::Tensor x = s.x;
-    x = x + f.attn(x);
-    const torch::Tensor xt = mlp_norm(x);
-    x = xt + f.mlp(xt);
-    return {x, {}};
+    // The attention's residual add and the MLP's post-norm are one op (fused on CUDA).
+    const torch::Tensor xt = mlp_norm->add_forward(s.x, f.attn(s.x)).second;
+    return {xt + f.mlp(xt), {}};
   }
 
   Norm mlp_norm;

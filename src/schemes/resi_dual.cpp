@@ -18,11 +18,12 @@ class ResiDualBlock : public SchemeBlockImpl {
 
   Streams forward(const Streams& s) override {
     torch::Tensor x = s.x, y = s.y;
+    // X's add-then-norm is one op (fused on CUDA).
     const torch::Tensor a = f.attn(x);
-    x = attn_norm(x + a);
+    x = attn_norm->add_forward(x, a).second;
     y = y + a;
     const torch::Tensor g = f.mlp(x);
-    x = mlp_norm(x + g);
+    x = mlp_norm->add_forward(x, g).second;
     y = y + g;
     return {x, y};
   }

@@ -30,10 +30,9 @@ class SiameseBlock : public SchemeBlockImpl {
 
     x = attn_post_norm(x);
     const torch::Tensor a = f.attn(fuse(attn_in_norm, x + attn_y_norm(y)));
-    x = x + a / c;
+    x = mlp_post_norm->add_forward(x, a, c).second;  // X + A / c, then its post-norm: one op
     y = y + a;
 
-    x = mlp_post_norm(x);
     const torch::Tensor g = f.mlp(fuse(mlp_in_norm, x + mlp_y_norm(y)));
     x = x + g / c;
     y = y + g;
