@@ -19,6 +19,8 @@ export NORMLAB_PYTHON=$python
 base=(--config "$src/configs/tiny/lm.yaml" --set "data.train=$kjv/shards" --set "data.tokenizer=$kjv/tokenizer.model"
       --set logging.every=1000)
 fail() { echo "FAIL: $*"; exit 1; }
+# A completed checkpoint of run folder $1 (not the step-N.tmp-PID folder of one being written).
+has_checkpoint() { ls "$1/checkpoints" 2>/dev/null | grep -Eq '^step-[0-9]+$'; }
 
 # ---- 1. the table -------------------------------------------------------------------------------
 "$normlab" sweep "${base[@]}" --scheme pre_norm,siamese_hybrid --lr 3e-3,1e3 --set train.steps=20 \
@@ -65,10 +67,10 @@ kill9=(sweep "${base[@]}" --scheme pre_norm,post_norm,siamese_hybrid --lr 2e-3 -
 pid=$!
 first=$work/kill/runs/pre_norm-lr2e-3-s0 second=$work/kill/runs/post_norm-lr2e-3-s0
 for _ in $(seq 1 1200); do  # until the first run finished and the second has a checkpoint (up to 4 min)
-  ls -d "$second"/checkpoints/step-* > /dev/null 2>&1 && break
+  has_checkpoint "$second" && break
   sleep 0.2
 done
-ls -d "$second"/checkpoints/step-* > /dev/null 2>&1 || { cat "$work/kill1.out"; fail "second run never checkpointed"; }
+has_checkpoint "$second" || { cat "$work/kill1.out"; fail "second run never checkpointed"; }
 kill -9 "$pid"
 wait "$pid" 2>/dev/null || true
 for _ in $(seq 1 50); do pgrep -f "$work/kill/runs" > /dev/null || break; sleep 0.1; done
@@ -99,7 +101,7 @@ rc=0; wait "$pid" || rc=$?
 [ "$rc" -eq 4 ] || { cat "$work/ctrlc1.out"; fail "exit code $rc after SIGINT, expected 4"; }
 grep -q '"status": "interrupted"' "$run/summary.json" || fail "the child did not stop cleanly"
 grep -q "| pre_norm | interrupted @ [0-9]* |" "$work/ctrlc/summary.md" || { cat "$work/ctrlc/summary.md"; fail "interrupted cell"; }
-steps=$(ls -d "$run"/checkpoints/step-* | tail -1 | sed 's/.*step-0*//')
+steps=$(ls "$run/checkpoints" | grep -E '^step-[0-9]+$' | tail -1 | sed 's/.*step-0*//')
 rc=0
 "$normlab" sweep "${base[@]}" --scheme pre_norm --lr 1e-3 --set train.steps=7 --out "$work/ctrlc" > "$work/ctrlc2.out" 2>&1 \
   || rc=$?
