@@ -2,6 +2,7 @@
 // kernel against the reference loop, and agreement of a CUDA forward with the CPU one.
 #include <torch/torch.h>
 
+#include "normlab/autocast.h"
 #include "normlab/config_io.h"
 #include "normlab/data_prepare.h"
 #include "normlab/model.h"
@@ -64,4 +65,28 @@ TEST(GpuTraining, Bf16AutocastRunCompletesWithFiniteLosses) {
   EXPECT_EQ(s.status, RunStatus::Completed);
   EXPECT_TRUE(std::isfinite(s.final_train_loss));
   EXPECT_GT(s.final_val_loss, 0.0);
+}
+
+TEST(GpuTraining, ChunkedLossMatchesThePlainOneUnderBf16Autocast) {
+  NORMLAB_REQUIRE_CUDA();
+  const ModelConfig cfg = test::tiny_config(Scheme::SiameseHybrid);
+  torch::manual_seed(3);
+  const torch::Tensor tokens = torch::randint(cfg.vocab_size, {3, 16}, torch::kLong).cuda();
+  double losses[2];
+  std::map<std::string, torch::Tensor> grads[2];
+  for (int chunked = 0; chunked < 2; ++chunked) {
+    torch::manual_seed(5);
+    DecoderLM model(cfg);
+    model->to(torch::kCUDA);
+    LossOutput out;
+    {
+      AutocastGuard autocast(true);
+      out = model->loss(tokens, tokens.roll(-1, 1), 1e-4, nullptr, chunked ? 7 : 0);
+    }
+    out.loss.backward();
+    losses[chunked] = out.loss.item<double>();
+    for (const auto& p : model->named_parameters()) grads[chunked][p.key()] = p.value().grad().cpu();
+  }
+  EXPECT_NEAR(losses[1], losses[0], 1e-3 * losses[0]);
+  for (const auto& [name, g] : grads[0]) EXPECT_TRUE(test::close(grads[1].at(name), g, 3e-2)) << name;
 }
