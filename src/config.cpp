@@ -41,6 +41,7 @@ void validate(const RunConfig& c) {
   require(t.global_batch > 0 && t.global_batch % t.micro_batch == 0, "train.global_batch", t.global_batch,
           "must be a positive multiple of train.micro_batch (" + std::to_string(t.micro_batch) + ")");
   require(t.z_loss >= 0, "train.z_loss", t.z_loss, "must be >= 0");
+  require(t.selective_every >= 1, "train.selective_every", t.selective_every, "must be at least 1");
   require(t.loss_chunk_rows >= 0, "train.loss_chunk_rows", t.loss_chunk_rows, "must be >= 0 (0 = off)");
   require(t.spike_window >= 2, "train.spike_window", t.spike_window, "must be at least 2");
   require(t.spike_sigma > 0, "train.spike_sigma", t.spike_sigma, "must be positive");

@@ -89,7 +89,8 @@ void visit(V& v, TrainConfig& t) {
   v("spike_window", t.spike_window, "loss-spike detector: rolling window of steps");
   v("spike_sigma", t.spike_sigma, "loss-spike detector: a spike is a loss above mean + sigma * std of the window");
   v("loss_chunk_rows", t.loss_chunk_rows, "> 0: cross-entropy over chunks of this many token rows, gradients formed in the forward, never the whole (tokens x vocabulary) logits; 0 = the plain loss");
-  v("activation_checkpointing", t.activation_checkpointing, "none, or block: keep only each block's inputs and recompute the block in the backward (less memory, about one more forward)");
+  v("activation_checkpointing", t.activation_checkpointing, "none; block: keep only each block's inputs and recompute the block in the backward (less memory, about one more forward); selective: the same for every selective_every-th block only");
+  v("selective_every", t.selective_every, "activation_checkpointing: selective checkpoints blocks 0, k, 2k, ... for k = this (2: half the blocks)");
 }
 
 template <class V>

@@ -192,7 +192,7 @@ void Fsdp::before_forward() {
 Streams Fsdp::run_block(size_t layer, SchemeBlockImpl& block, const Streams& in) {
   Unit& u = *units_.at(layer);
   gather_and_prefetch(layer, /*backward=*/false);
-  Streams out = options_.checkpoint_blocks ? checkpointed_forward(block, in) : block.forward(in);
+  Streams out = checkpoints_block(options_.checkpoint_every, layer) ? checkpointed_forward(block, in) : block.forward(in);
   if (torch::GradMode::is_enabled()) {
     u.pending = static_cast<int64_t>(u.params.size());
     u.reduced = false;

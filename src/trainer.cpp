@@ -199,13 +199,17 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
     params.push_back(p);
     n_params += p.numel();
   }
+  // Activation checkpointing of every k-th block: none 0, block 1, selective k.
+  const int64_t recompute_every = cfg.train.activation_checkpointing == Recompute::None    ? 0
+                                  : cfg.train.activation_checkpointing == Recompute::Block ? 1
+                                                                                           : cfg.train.selective_every;
   std::unique_ptr<Fsdp> fsdp;
   std::unique_ptr<AdamW> opt_holder;
   std::string fsdp_dtypes;  // for the log
   if (sharded) {
     FsdpOptions fo;
     fo.reshard_after_forward = cfg.distributed.reshard_after_forward;
-    fo.checkpoint_blocks = cfg.train.activation_checkpointing == Recompute::Block;
+    fo.checkpoint_every = recompute_every;
     fo.prefetch = cfg.distributed.prefetch;
     // auto: the compute dtype (bf16 under autocast) for gathers; reductions follow the gathers.
     const auto dtype_of = [](Precision p, torch::ScalarType automatic) {
@@ -224,8 +228,8 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
     for (const auto& p : model->named_parameters()) named.emplace_back(p.key(), p.value());
     opt_holder = std::make_unique<AdamW>(named, cfg.optimizer);
   }
-  CheckpointedBlocks checkpointed_blocks;  // single process with train.activation_checkpointing: block
-  if (!sharded && cfg.train.activation_checkpointing == Recompute::Block) model->hooks = &checkpointed_blocks;
+  CheckpointedBlocks checkpointed_blocks(recompute_every);  // single process with activation checkpointing
+  if (!sharded && recompute_every > 0) model->hooks = &checkpointed_blocks;
   AdamW& opt = *opt_holder;
   SpikeDetector spikes(cfg.train.spike_window, cfg.train.spike_sigma);
   TrainState st;
@@ -488,7 +492,7 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
       const auto d0 = Clock::now();
       model->hooks = nullptr;  // the diagnostics take gradients with autograd::grad: no reentrant recompute
       DiagnosticsReport d = run_diagnostics(*model, diag_batch.inputs, diag_batch.targets, diag_options);
-      if (cfg.train.activation_checkpointing == Recompute::Block) model->hooks = &checkpointed_blocks;
+      if (recompute_every > 0) model->hooks = &checkpointed_blocks;
       d.step = completed;
       diagnostics << diagnostics_json(d) << "\n" << std::flush;
       const double secs = std::chrono::duration<double>(Clock::now() - d0).count();

@@ -15,7 +15,7 @@ namespace normlab {
 enum class ScheduleKind { Cosine, Linear, Wsd, Constant };
 enum class Precision { Auto, Bf16, Fp32 };
 enum class CommBackend { Auto, Mpi, Nccl };
-enum class Recompute { None, Block };
+enum class Recompute { None, Block, Selective };
 
 // clang-format off
 template <> struct EnumNames<ScheduleKind> {
@@ -28,7 +28,8 @@ template <> struct EnumNames<Precision> {
     {Precision::Auto, "auto"}, {Precision::Bf16, "bf16"}, {Precision::Fp32, "fp32"}};
 };
 template <> struct EnumNames<Recompute> {
-  static constexpr NameRow<Recompute> rows[] = {{Recompute::None, "none"}, {Recompute::Block, "block"}};
+  static constexpr NameRow<Recompute> rows[] = {
+    {Recompute::None, "none"}, {Recompute::Block, "block"}, {Recompute::Selective, "selective"}};
 };
 template <> struct EnumNames<CommBackend> {
   static constexpr NameRow<CommBackend> rows[] = {
@@ -73,6 +74,7 @@ struct TrainConfig {
   int64_t spike_window = 128;      // loss-spike detector: rolling window of steps
   double spike_sigma = 6.0;        // a spike: loss above mean + sigma * std of the window
   Recompute activation_checkpointing = Recompute::None;  // block: keep block inputs, recompute inside
+  int64_t selective_every = 2;     // selective: checkpoint blocks 0, k, 2k, ... (k = this)
   int64_t loss_chunk_rows = 0;     // > 0: the loss in chunks of this many rows, never the whole logits (loss.h)
 };
 

@@ -43,7 +43,7 @@ namespace normlab {
 
 struct FsdpOptions {
   bool reshard_after_forward = true;  // free each block's gathered parameters after its forward
-  bool checkpoint_blocks = false;     // activation checkpointing of every block (checkpointing.h)
+  int64_t checkpoint_every = 0;       // activation checkpointing of every k-th block; 0 none (checkpointing.h)
   bool prefetch = true;               // start the next unit's all-gather before running this one
   torch::ScalarType param_dtype = torch::kFloat;   // all-gather dtype (kFloat or kBFloat16)
   torch::ScalarType reduce_dtype = torch::kFloat;  // reduce-scatter dtype (kFloat or kBFloat16)

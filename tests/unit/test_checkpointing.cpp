@@ -1,5 +1,6 @@
 // Activation checkpointing (checkpointing.h): the same loss and gradients as the plain model,
-// for every scheme, with what the forward keeps reduced to the block inputs.
+// for every scheme, checkpointing every block or every second one (selective), with what the
+// forward keeps reduced to the block inputs; which blocks selective picks.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -17,11 +18,12 @@ struct Outcome {
   std::map<std::string, torch::Tensor> grads;
 };
 
-Outcome run(const ModelConfig& cfg, bool checkpointed, const torch::Tensor& tokens) {
+// every: 0 plain, 1 every block checkpointed, k every k-th (selective).
+Outcome run(const ModelConfig& cfg, int64_t every, const torch::Tensor& tokens) {
   torch::manual_seed(9);
   DecoderLM model(cfg);
-  CheckpointedBlocks hooks;
-  if (checkpointed) model->hooks = &hooks;
+  CheckpointedBlocks hooks(every);
+  if (every > 0) model->hooks = &hooks;
   const LossOutput out = model->loss(tokens, tokens.roll(-1, 1));
   out.loss.backward();
   Outcome r{out.loss.item<double>(), {}};
@@ -36,11 +38,23 @@ TEST(ActivationCheckpointing, SameLossAndGradientsForEveryScheme) {
     const ModelConfig cfg = test::tiny_config(row.value);
     torch::manual_seed(1);
     const torch::Tensor tokens = torch::randint(cfg.vocab_size, {3, 7}, torch::kLong);
-    const Outcome plain = run(cfg, false, tokens), ckpt = run(cfg, true, tokens);
-    EXPECT_EQ(plain.loss, ckpt.loss);
-    ASSERT_EQ(plain.grads.size(), ckpt.grads.size());
-    for (const auto& [name, g] : plain.grads) EXPECT_TRUE(test::close(ckpt.grads.at(name), g, 1e-6)) << name;
+    const Outcome plain = run(cfg, 0, tokens);
+    for (const int64_t every : {1, 2}) {  // all blocks; selective: blocks 0, 2, ... of the tiny model's
+      const Outcome ckpt = run(cfg, every, tokens);
+      EXPECT_EQ(plain.loss, ckpt.loss);
+      ASSERT_EQ(plain.grads.size(), ckpt.grads.size());
+      for (const auto& [name, g] : plain.grads) EXPECT_TRUE(test::close(ckpt.grads.at(name), g, 1e-6)) << name << every;
+    }
   }
+}
+
+TEST(ActivationCheckpointing, SelectivePicksEveryKthBlock) {
+  EXPECT_FALSE(checkpoints_block(0, 0));
+  EXPECT_TRUE(checkpoints_block(1, 3));
+  EXPECT_TRUE(checkpoints_block(2, 0));
+  EXPECT_FALSE(checkpoints_block(2, 1));
+  EXPECT_TRUE(checkpoints_block(3, 6));
+  EXPECT_FALSE(checkpoints_block(3, 7));
 }
 
 TEST(ActivationCheckpointing, KeepsOnlyTheBlockInputs) {

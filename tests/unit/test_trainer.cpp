@@ -99,6 +99,26 @@ TEST_F(TrainerTest, ResumeIsBitwiseExact) {
   EXPECT_EQ(val_line(read_file(a / "summary.json")), val_line(read_file(b / "summary.json")));
 }
 
+// Activation checkpointing (all blocks, every second one) and the chunked loss change memory,
+// not the run: the same losses up to summation order.
+TEST_F(TrainerTest, RecomputeAndChunkedLossKeepTheLosses) {
+  test::ScratchDir plain("run");
+  train(config({"checkpoint.every=0", "eval.every=0"}), options(plain.path));
+  const std::vector<double> ref = losses(plain.path.string());
+  for (const auto& extra : std::vector<std::vector<std::string>>{{"train.activation_checkpointing=block"},
+                                                                 {"train.activation_checkpointing=selective"},
+                                                                 {"train.loss_chunk_rows=5"}}) {
+    SCOPED_TRACE(extra[0]);
+    test::ScratchDir run("run");
+    std::vector<std::string> e = extra;
+    e.insert(e.end(), {"checkpoint.every=0", "eval.every=0"});
+    EXPECT_EQ(train(config(e), options(run.path)).status, RunStatus::Completed);
+    const std::vector<double> got = losses(run.path.string());
+    ASSERT_EQ(got.size(), ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(got[i], ref[i], 1e-5 * ref[i]) << "step " << i + 1;
+  }
+}
+
 TEST_F(TrainerTest, AHugeLearningRateEndsAsDiverged) {
   test::ScratchDir run("run");
   const TrainSummary s = train(config({"optimizer.lr=1e12", "optimizer.grad_clip=0", "scheduler.warmup_steps=0"}),
