@@ -1,5 +1,5 @@
 // fused::add_rms_norm (fused.h): the autograd function over normlab's CUDA kernels
-// (kernels/kernels.h), and the composition every other device and dtype takes.
+// (kernels/kernels.h). Everything the kernels do not take is composed by Norm::add_forward.
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/torch.h>
 
@@ -31,16 +31,6 @@ bool fusable_add_rms_norm(const torch::Tensor& x, const torch::Tensor& b, const 
 }
 
 namespace {
-
-std::pair<torch::Tensor, torch::Tensor> composed(const torch::Tensor& x, const torch::Tensor& b, double divisor,
-                                                 const torch::Tensor& weight, double eps) {
-  const torch::Tensor r = divisor == 1.0 ? x + b : x + b / divisor;
-  // As NormImpl::forward: reduced precision is normalised in fp32 and cast back.
-  const bool upcast = r.scalar_type() != torch::kFloat && r.scalar_type() != torch::kDouble;
-  const torch::Tensor rf = upcast ? r.to(torch::kFloat) : r;
-  const torch::Tensor n = rms_norm(rf, weight.defined() ? weight.to(rf.scalar_type()) : torch::Tensor(), eps);
-  return {r, upcast ? n.to(r.scalar_type()) : n};
-}
 
 #if NORMLAB_WITH_CUDA
 kernels::Dtype kernel_dtype(torch::ScalarType t) {
@@ -97,13 +87,15 @@ struct AddRmsNormFn : torch::autograd::Function<AddRmsNormFn> {
 std::pair<torch::Tensor, torch::Tensor> add_rms_norm(const torch::Tensor& x, const torch::Tensor& b, double divisor,
                                                      const torch::Tensor& weight, double eps) {
   TORCH_CHECK(divisor != 0.0, "add_rms_norm: divisor must be non-zero");
+  TORCH_CHECK(fusable_add_rms_norm(x, b, weight), "add_rms_norm: these tensors do not take the CUDA kernels ",
+              "(fusable_add_rms_norm); Norm::add_forward composes the op for them");
 #if NORMLAB_WITH_CUDA
-  if (fusable_add_rms_norm(x, b, weight)) {
-    const auto out = AddRmsNormFn::apply(x, b, weight, divisor, eps);
-    return {out[0], out[1]};
-  }
+  const auto out = AddRmsNormFn::apply(x, b, weight, divisor, eps);
+  return {out[0], out[1]};
+#else
+  (void)eps;
+  return {};
 #endif
-  return composed(x, b, divisor, weight, eps);
 }
 
 }  // namespace normlab::fused

@@ -28,7 +28,8 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x) {
 
 std::pair<torch::Tensor, torch::Tensor> NormImpl::add_forward(const torch::Tensor& x, const torch::Tensor& b,
                                                                double divisor) {
-  if (options.type() == NormType::RmsNorm) return fused::add_rms_norm(x, b, divisor, weight, options.eps());
+  if (options.type() == NormType::RmsNorm && fused::fusable_add_rms_norm(x, b, weight))
+    return fused::add_rms_norm(x, b, divisor, weight, options.eps());
   const torch::Tensor r = divisor == 1.0 ? x + b : x + b / divisor;
   return {r, forward(r)};
 }

@@ -1,6 +1,6 @@
 #include "support.h"
 
-#include "normlab/fused.h"
+#include "normlab/norm.h"
 #include "normlab/tokenizer.h"
 
 #include <unistd.h>
@@ -189,9 +189,11 @@ double directional_derivative(const std::function<torch::Tensor()>& f, torch::Te
     const torch::Tensor nr = wr * rr * torch::rsqrt(rr.pow(2).mean(-1, true) + eps);
     const auto gref = torch::autograd::grad({loss(rr, nr)}, {xr, br, wr}, {}, std::nullopt, false, /*allow_unused=*/true);
 
-    const torch::Tensor x = x0.to(device, s).requires_grad_(), b = b0.to(device, bt).requires_grad_(),
-                        w = w0.to(device, torch::kFloat).requires_grad_();
-    const auto [r, n] = fused::add_rms_norm(x, b, divisor, w, eps);
+    const torch::Tensor x = x0.to(device, s).requires_grad_(), b = b0.to(device, bt).requires_grad_();
+    Norm norm(NormOptions(cols).eps(eps).device(device));
+    norm->weight.data().copy_(w0);
+    const torch::Tensor& w = norm->weight;
+    const auto [r, n] = norm->add_forward(x, b, divisor);
     if (r.scalar_type() != s || n.scalar_type() != s || r.device() != device)
       return ::testing::AssertionFailure() << "outputs " << r.scalar_type() << "/" << n.scalar_type() << " on "
                                            << r.device() << ", expected " << s << " on " << device;

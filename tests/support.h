@@ -63,8 +63,8 @@ void write_text(const std::string& path, const std::string& text);
 double directional_derivative(const std::function<torch::Tensor()>& f, torch::Tensor x,
                               const torch::Tensor& v, double eps = 1e-6);
 
-/// fused::add_rms_norm on `device` against an fp64 reference computed on the CPU from the
-/// formulas: r = x + b / divisor, n = w r rsqrt(mean(r^2) + eps), and the gradients of x, b
+/// Norm::add_forward of an RMSNorm on `device` (the fused CUDA kernels where they apply, the
+/// composition elsewhere) against an fp64 reference computed on the CPU from the formulas: r = x + b / divisor, n = w r rsqrt(mean(r^2) + eps), and the gradients of x, b
 /// and w for a loss using n only, r and n, and r only. x has dtype `s`, b dtype `bt`; inputs
 /// (rows, cols). Relative tolerance `tol` (bf16 storage needs about 1e-2).
 ::testing::AssertionResult add_rms_norm_matches_reference(torch::Device device, torch::ScalarType s,

@@ -3,8 +3,8 @@
 //   rms_norm(x, w, eps) = w * x * rsqrt(mean(x^2) + eps)    one pass per row (float32/float64)
 //   rope(x, cos, sin)   = x * cos + cat(-x2, x1) * sin      x (B, T, H, D), tables (T, D)
 //   linear(x, w)        = x w^T                             float32 GEMMs through oneDNN
-// Other devices and dtypes take the ATen ops. One op is for CUDA (add_rms_norm.cpp, kernels in
-// src/kernels/kernels.cu), with the plain composition as its path everywhere else:
+// Other devices and dtypes take the ATen ops. One op is CUDA-only (add_rms_norm.cpp, kernels in
+// src/kernels/kernels.cu; Norm::add_forward composes it everywhere else):
 //   add_rms_norm(x, b, d, w) = (r, w * r * rsqrt(mean(r^2) + eps)),  r = x + b / d
 // the residual add of a sub-layer and the RMSNorm that follows it, in one pass per row.
 // Measured effect on a training step: docs/performance-cpu.md, which also lists what was
@@ -23,13 +23,12 @@ torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight);
 
 
-/// (r, n) as above. On CUDA (fusable_add_rms_norm) one fused kernel forward and one backward;
-/// elsewhere r = d == 1 ? x + b : x + b / d and n = rms_norm(r) in at least fp32, cast to r's
-/// dtype: exactly what Norm computes (norm.h). `weight` may be undefined (no gain: composed).
+/// (r, n) as above: one fused CUDA kernel forward and one backward. Only for tensors that
+/// fusable_add_rms_norm accepts (throws otherwise); Norm::add_forward dispatches.
 std::pair<torch::Tensor, torch::Tensor> add_rms_norm(const torch::Tensor& x, const torch::Tensor& b, double divisor,
                                                      const torch::Tensor& weight, double eps);
 
-/// True when add_rms_norm takes the CUDA kernels: a CUDA build; x, b and an fp32 gain on one
+/// True when add_rms_norm can run: a CUDA build; x, b and an fp32 gain on one
 /// CUDA device; x and b contiguous of one shape; x fp32 with b fp32 or bf16, or both bf16.
 bool fusable_add_rms_norm(const torch::Tensor& x, const torch::Tensor& b, const torch::Tensor& weight);
 

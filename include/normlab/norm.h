@@ -32,8 +32,8 @@ class NormImpl : public torch::nn::Module {
   explicit NormImpl(const NormOptions& options);
   torch::Tensor forward(const torch::Tensor& x);
   /// The residual add before the norm, and the norm: (r, forward(r)) with r = x + b / divisor.
-  /// RMSNorm goes through fused::add_rms_norm (one CUDA kernel on GPUs; the same composition
-  /// elsewhere), LayerNorm through the composition.
+  /// RMSNorm on tensors the CUDA kernels take goes through fused::add_rms_norm (one pass);
+  /// everything else is the add, then forward().
   std::pair<torch::Tensor, torch::Tensor> add_forward(const torch::Tensor& x, const torch::Tensor& b,
                                                       double divisor = 1.0);
   void pretty_print(std::ostream& stream) const override;
