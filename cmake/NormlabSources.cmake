@@ -33,6 +33,7 @@ set(NORMLAB_SOURCES
   optimizer.cpp
   rope.cpp
   safetensors.cpp
+  safetensors_format.cpp
   schedule.cpp
   scheme.cpp
   shard.cpp
@@ -49,6 +50,7 @@ set(NORMLAB_SOURCES
   schemes/siamese_hybrid.cpp
   stability.cpp
   sweep.cpp
+  sweep_grid.cpp
   sweep_report.cpp
   tasks.cpp
   text_input.cpp

@@ -5,7 +5,9 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -63,17 +65,34 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
   return *this;
 }
 
+uint32_t crc32_of(const void* data, size_t n, uint32_t crc) {
+  const auto* p = static_cast<const Bytef*>(data);
+  while (n > 0) {  // zlib takes uInt lengths
+    const uInt chunk = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+    crc = static_cast<uint32_t>(::crc32(crc, p, chunk));
+    p += chunk;
+    n -= chunk;
+  }
+  return crc;
+}
+
+FileDigest file_digest(const std::string& path) {
+  MappedFile f(path);
+  return {f.size(), crc32_of(f.data(), f.size())};
+}
+
 void FileWriter::write(const void* data, size_t n) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
     const ssize_t w = ::write(fd_, p, n);
     if (w < 0) {
       if (errno == EINTR) continue;
-      fail(path_, "write failed after " + std::to_string(written_) + " bytes", errno);
+      fail(path_, "write failed after " + std::to_string(digest_.bytes) + " bytes", errno);
     }
+    digest_.crc32 = crc32_of(p, static_cast<size_t>(w), digest_.crc32);
     p += w;
     n -= static_cast<size_t>(w);
-    written_ += static_cast<uint64_t>(w);
+    digest_.bytes += static_cast<uint64_t>(w);
   }
 }
 
@@ -86,7 +105,7 @@ void fsync_directory(const std::string& dir) {
   if (rc != 0) fail(dir, "fsync failed", err);
 }
 
-void write_file_atomic(const std::string& path, const std::function<void(FileWriter&)>& fill) {
+FileDigest write_file_atomic(const std::string& path, const std::function<void(FileWriter&)>& fill) {
   namespace fs = std::filesystem;
   const fs::path target(path);
   const std::string tmp = (target.parent_path() / ("." + target.filename().string() + ".tmp." +
@@ -95,9 +114,11 @@ void write_file_atomic(const std::string& path, const std::function<void(FileWri
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail(path, "cannot create temporary file " + tmp, errno);
   bool open = true;
+  FileDigest digest;
   try {
     FileWriter writer(fd, path);
     fill(writer);
+    digest = writer.digest();
     if (::fsync(fd) != 0) fail(path, "fsync failed", errno);
     open = false;
     if (::close(fd) != 0) fail(path, "close failed", errno);
@@ -112,6 +133,7 @@ void write_file_atomic(const std::string& path, const std::function<void(FileWri
     fail(path, "cannot rename " + tmp + " into place", err);
   }
   fsync_directory(target.parent_path().string());
+  return digest;
 }
 
 std::string read_file(const std::string& path) {

@@ -2,11 +2,11 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 namespace normlab {
@@ -49,17 +49,6 @@ void write_all(int fd, const char* p, size_t n, const std::string& path) {
 }
 
 }  // namespace
-
-uint32_t crc32_of(const void* data, size_t n, uint32_t crc) {
-  const auto* p = static_cast<const Bytef*>(data);
-  while (n > 0) {  // zlib takes uInt lengths
-    const uInt chunk = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
-    crc = static_cast<uint32_t>(::crc32(crc, p, chunk));
-    p += chunk;
-    n -= chunk;
-  }
-  return crc;
-}
 
 ShardHeader shard_header_parse(const char* data, size_t size, const std::string& path) {
   if (size < kShardHeaderBytes)
@@ -165,35 +154,66 @@ ShardIndex shard_index_read(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "index.json").string();
   if (!std::filesystem::exists(path))
     throw ShardError(path + ": not found (is " + dir + " a folder written by `normlab data prepare`?)");
-  nlohmann::json j;
+  return shard_index_parse(read_file(path), path);
+}
+
+ShardIndex shard_index_parse(const std::string& text, const std::string& path) {
+  using nlohmann::json;
+  // Integers are read only from JSON integers: nlohmann's get<> would convert 1e30 or -1 with
+  // undefined behaviour (found by tests/fuzz/fuzz_shard.cpp).
+  auto count = [&](const json& j, const char* key, const std::string& where, uint64_t max) {
+    const json& v = j.at(key);
+    if (!v.is_number_unsigned() || v.get<uint64_t>() > max)
+      throw ShardError(path + ": " + where + key + " must be an integer from 0 to " + std::to_string(max));
+    return v.get<uint64_t>();
+  };
+  constexpr uint64_t kU64 = std::numeric_limits<uint64_t>::max(), kU32 = std::numeric_limits<uint32_t>::max();
   try {
-    j = nlohmann::json::parse(read_file(path));
-    if (j.value("format", "") != "normlab-token-shards") throw ShardError(path + ": not a normlab shard index");
-    if (j.value("version", 0u) != kShardVersion)
-      throw ShardError(path + ": index version " + std::to_string(j.value("version", 0u)) + ", this normlab reads " +
-                       std::to_string(kShardVersion));
+    const json j = json::parse(text);
+    if (!j.is_object() || !j.contains("format") || j["format"] != "normlab-token-shards")
+      throw ShardError(path + ": not a normlab shard index");
+    if (!j.contains("version") || j["version"] != kShardVersion)
+      throw ShardError(path + ": index version " + (j.contains("version") ? j["version"].dump() : "(none)") +
+                       ", this normlab reads " + std::to_string(kShardVersion));
     ShardIndex idx;
     const std::string dtype = j.at("dtype").get<std::string>();
     if (dtype != "uint16" && dtype != "uint32") throw ShardError(path + ": unknown dtype '" + dtype + "'");
     idx.token_bytes = dtype == "uint16" ? 2 : 4;
-    const auto& t = j.at("tokenizer");
+    const json& t = j.at("tokenizer");
     idx.tokenizer_file = t.at("file").get<std::string>();
-    idx.tokenizer_crc32 = t.at("crc32").get<uint32_t>();
-    idx.vocab_size = t.at("vocab_size").get<uint64_t>();
-    idx.eos_id = t.at("eos_id").get<int64_t>();
+    idx.tokenizer_crc32 = static_cast<uint32_t>(count(t, "crc32", "tokenizer.", kU32));
+    idx.vocab_size = count(t, "vocab_size", "tokenizer.", kU64);
+    const json& eos = t.at("eos_id");
+    if (!eos.is_number_integer()) throw ShardError(path + ": tokenizer.eos_id must be an integer");
+    idx.eos_id = eos.get<int64_t>();
     idx.inputs = j.value("inputs", std::vector<std::string>{});
     idx.val_fraction = j.value("val_fraction", 0.0);
     for (const auto& [name, s] : j.at("splits").items()) {
+      const std::string where = "splits." + name + ".";
       SplitIndex split;
-      split.documents = s.at("documents").get<uint64_t>();
-      split.tokens = s.at("tokens").get<uint64_t>();
-      for (const auto& e : s.at("shards"))
-        split.shards.push_back({e.at("file").get<std::string>(), e.at("tokens").get<uint64_t>(),
-                                e.at("crc32").get<uint32_t>()});
+      split.documents = count(s, "documents", where, kU64);
+      split.tokens = count(s, "tokens", where, kU64);
+      uint64_t sum = 0;
+      for (const auto& e : s.at("shards")) {
+        ShardEntry entry{e.at("file").get<std::string>(), count(e, "tokens", where + "shards[].", kU64),
+                         static_cast<uint32_t>(count(e, "crc32", where + "shards[].", kU32))};
+        // Shards live in the index's own folder: a hostile index must not point elsewhere.
+        const std::filesystem::path file(entry.file);
+        if (entry.file.empty() || file.is_absolute() || file.has_parent_path() || entry.file == "." ||
+            entry.file == "..")
+          throw ShardError(path + ": split '" + name + "' names shard file '" + entry.file +
+                           "', which is not a file name in the index's folder");
+        if (entry.tokens > kU64 - sum) throw ShardError(path + ": split '" + name + "': token counts overflow");
+        sum += entry.tokens;
+        split.shards.push_back(std::move(entry));
+      }
+      if (sum != split.tokens)
+        throw ShardError(path + ": split '" + name + "' says " + std::to_string(split.tokens) +
+                         " tokens but its shards hold " + std::to_string(sum));
       idx.splits[name] = std::move(split);
     }
     return idx;
-  } catch (const nlohmann::json::exception& e) {
+  } catch (const json::exception& e) {
     throw ShardError(path + ": malformed index: " + e.what());
   }
 }

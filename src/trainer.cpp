@@ -129,7 +129,7 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
   // multi-process run rank 0 holds it for all.
   std::unique_ptr<FileLock> run_lock;
   if (lead) run_lock = std::make_unique<FileLock>((fs::path(o.run_dir) / ".lock").string(), "a normlab train runs there");
-  const auto latest = checkpoint_latest(o.run_dir);
+  auto latest = checkpoint_latest(o.run_dir);
   if (latest && !o.resume)
     throw std::invalid_argument(o.run_dir + " already holds checkpoints (newest " + fs::path(*latest).filename().string() +
                                 "): pass --resume to continue that run, or choose another --out");
@@ -235,6 +235,20 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
   TrainState st;
 
   if (o.resume && latest) {
+    // The newest checkpoint whose checksums hold. Corrupted newer ones are reported and, once
+    // every rank has looked, set aside (step-N.corrupted), so that pruning never keeps them in
+    // place of good ones.
+    const IntactCheckpoint intact = checkpoint_latest_intact(o.run_dir);
+    for (const auto& [dir, why] : intact.corrupted)
+      if (lead && log) log->error("not resuming from a corrupted checkpoint: " + why);
+    comm.barrier();
+    if (lead)
+      for (const auto& [dir, why] : intact.corrupted) info("set aside " + dir + " as " + checkpoint_set_aside(dir));
+    comm.barrier();
+    if (!intact.dir)
+      throw CheckpointError(o.run_dir + ": no intact checkpoint to resume from (" +
+                            std::to_string(intact.corrupted.size()) + " corrupted, set aside as step-N.corrupted)");
+    latest = intact.dir;
     check_resumable(cfg, (fs::path(*latest) / "config.yaml").string(), lead ? log : nullptr);
     const int64_t saved_world = checkpoint_world(*latest);
     if (saved_world > 1 && saved_world != world)
@@ -288,6 +302,16 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
   if (lead) keep_lines_up_to(metrics_path);
   std::ofstream metrics;
   if (lead) metrics.open(metrics_path, std::ios::app);
+  // A failed write (a full disk) is reported once; the run goes on, and the next checkpoint
+  // save decides whether it can continue.
+  bool metrics_failed = false;
+  auto write_metrics = [&](const nlohmann::json& line) {
+    metrics << line.dump() << "\n" << std::flush;
+    if (!metrics && !metrics_failed) {
+      metrics_failed = true;
+      if (log) log->error(metrics_path + ": write failed (disk full?): later steps are missing from it");
+    }
+  };
   std::ofstream diagnostics;
   if (cfg.diagnostics.every > 0) {
     const std::string path = (fs::path(o.run_dir) / "diagnostics.jsonl").string();
@@ -446,7 +470,7 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
     if (!finite && !cfg.train.skip_nonfinite) {
       st.wall_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
       line["diverged"] = true;
-      if (lead) metrics << line.dump() << "\n" << std::flush;
+      if (lead) write_metrics(line);
       sum.diverged_at = completed;
       if (log) log->error("diverged at step " + std::to_string(completed) + ": loss " + std::to_string(loss) +
                           ", gradient norm " + std::to_string(grad_norm));
@@ -499,7 +523,7 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
       line["diagnostics_seconds"] = secs;
       st.wall_seconds += secs;
     }
-    if (lead) metrics << line.dump() << "\n" << std::flush;
+    if (lead) write_metrics(line);
     if (sharded && sum.unsharded_state_bytes == 0) {  // at rest after the first step: measured, logged once
       sum.rank_state_bytes = static_cast<int64_t>(comm.max(static_cast<double>(fsdp->resident_bytes() + opt.state_bytes())));
       sum.unsharded_state_bytes = n_params * 16;  // fp32 parameter, gradient, two moments

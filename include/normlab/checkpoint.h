@@ -10,18 +10,32 @@
 //   step-00000100/optimizer.rank-00001-of-00002.safetensors  its AdamW state and the RNG
 // with each piece's start and its parameter's shape in the model file's metadata, and
 // "world_size" in state.json. checkpoint_consolidate joins the pieces into a whole checkpoint.
+//
+// Integrity: state.json, written last, lists every other file of the folder with its size and
+// CRC-32 ("files") and carries the CRC-32 of its own content ("crc32"); checkpoint_load checks
+// the files it reads and checkpoint_verify all of them, so a flipped bit or a truncated file is
+// reported as corruption instead of being trained on. Folders written before these checksums
+// existed have no "files" and load unchecked. Interrupted writes leave only a temporary folder
+// (step-N.tmp-*), never a step-N, and the next save removes it.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "normlab/safetensors.h"
 
 namespace normlab {
+
+/// A checkpoint that is corrupted (checksum or size mismatch, missing or malformed file).
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 /// The training loop's own state at a checkpoint.
 struct TrainState {
@@ -66,8 +80,26 @@ int64_t checkpoint_world(const std::string& dir);
 /// The newest complete checkpoint folder of a run, if any.
 std::optional<std::string> checkpoint_latest(const std::string& run_dir);
 
-/// Loads a checkpoint folder; errors name the folder and the file. A sharded folder loads
-/// rank `rank`'s files (its world size is in the result).
+/// Checks every file a checkpoint folder lists (all ranks of a sharded one) against its size and
+/// CRC-32; throws CheckpointError naming the file. Returns the files checked (empty for a folder
+/// written without checksums).
+std::vector<std::string> checkpoint_verify(const std::string& dir);
+
+/// The newest checkpoint of a run that passes checkpoint_verify, and the newer ones that did
+/// not (folder, reason), newest first. Reads every checkpoint file it checks.
+struct IntactCheckpoint {
+  std::optional<std::string> dir;
+  std::vector<std::pair<std::string, std::string>> corrupted;
+};
+IntactCheckpoint checkpoint_latest_intact(const std::string& run_dir);
+
+/// Renames a corrupted checkpoint folder step-N to step-N.corrupted[-K], out of the way of
+/// resuming and pruning but kept for inspection; returns the new name.
+std::string checkpoint_set_aside(const std::string& dir);
+
+/// Loads a checkpoint folder, checking the checksums of the files it reads; errors name the
+/// folder and the file. A sharded folder loads rank `rank`'s files (its world size is in the
+/// result).
 Checkpoint checkpoint_load(const std::string& dir, int64_t rank = 0);
 
 /// A whole (world 1) checkpoint from a sharded one: every parameter and moment joined from its

@@ -1,6 +1,7 @@
 // File helpers with errors that name the file: read-only memory mapping, whole-file reads,
-// and atomic writes (a temporary name in the same folder, fsync, then rename), so that a
-// reader never sees a half-written file and an existing file survives a failed write.
+// atomic writes (a temporary name in the same folder, fsync, then rename), so that a reader
+// never sees a half-written file and an existing file survives a failed write, and the CRC-32
+// digests that checkpoints and token shards carry to detect corruption.
 #pragma once
 
 #include <cstddef>
@@ -37,25 +38,42 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+/// CRC-32 (zlib's polynomial) of a buffer, chained from `crc`.
+uint32_t crc32_of(const void* data, size_t n, uint32_t crc = 0);
+
+/// A file's size and the CRC-32 of its bytes.
+struct FileDigest {
+  uint64_t bytes = 0;
+  uint32_t crc32 = 0;
+  bool operator==(const FileDigest& o) const { return bytes == o.bytes && crc32 == o.crc32; }
+  bool operator!=(const FileDigest& o) const { return !(*this == o); }
+};
+
+/// The digest of a whole file (read through a mapping at about 1 GB/s).
+FileDigest file_digest(const std::string& path);
+
 /// Sequential writer handed to write_file_atomic's callback; every failed write throws.
 class FileWriter {
  public:
   void write(const void* data, size_t n);
   void write(const std::string& s) { write(s.data(), s.size()); }
-  uint64_t bytes_written() const { return written_; }
+  uint64_t bytes_written() const { return digest_.bytes; }
+  /// What has been written so far.
+  const FileDigest& digest() const { return digest_; }
 
  private:
-  friend void write_file_atomic(const std::string&, const std::function<void(FileWriter&)>&);
+  friend FileDigest write_file_atomic(const std::string&, const std::function<void(FileWriter&)>&);
   FileWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
   int fd_;
   std::string path_;
-  uint64_t written_ = 0;
+  FileDigest digest_;
 };
 
 /// Writes `path` through `fill` into a temporary file next to it, then fsyncs and renames it
-/// into place. On any failure (including an exception from `fill`) the temporary file is
-/// removed, `path` is untouched, and the error is rethrown as FileError naming `path`.
-void write_file_atomic(const std::string& path, const std::function<void(FileWriter&)>& fill);
+/// into place; returns the digest of what was written. On any failure (including an exception
+/// from `fill`, or a full disk) the temporary file is removed, `path` is untouched, and the
+/// error is rethrown as FileError naming `path`.
+FileDigest write_file_atomic(const std::string& path, const std::function<void(FileWriter&)>& fill);
 
 /// The whole file as a string.
 std::string read_file(const std::string& path);

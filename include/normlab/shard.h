@@ -107,8 +107,8 @@ struct ShardIndex {
 void shard_index_write(const std::string& dir, const ShardIndex& index);
 /// Reads dir/index.json; ShardError names the file and the defect.
 ShardIndex shard_index_read(const std::string& dir);
-
-/// CRC-32 (zlib's polynomial) of a buffer, chained from `crc`.
-uint32_t crc32_of(const void* data, size_t n, uint32_t crc = 0);
+/// Parses an index's text; `path` names it in errors. Shard names must be plain file names
+/// (no folders, no ".."), and each split's token count the sum of its shards'.
+ShardIndex shard_index_parse(const std::string& text, const std::string& path);
 
 }  // namespace normlab

@@ -11,6 +11,7 @@
 
 #include "normlab/checkpoint.h"
 #include "normlab/communicator.h"
+#include "normlab/file_io.h"
 #include "normlab/fsdp.h"
 #include "normlab/model.h"
 #include "normlab/optimizer.h"
@@ -346,6 +347,21 @@ TEST(ShardedCheckpoint, SavedByThreeRanksConsolidatesToTheWhole) {
   EXPECT_EQ(m[-1].item<float>(), 2.0f);
   EXPECT_TRUE(torch::equal(std::get<0>(torch::sort(m)), m));  // non-decreasing: pieces in rank order
   EXPECT_THROW(checkpoint_load(*latest, 3), std::invalid_argument);
+  // state.json lists every rank's files with their checksums (the per-rank digest lists that
+  // rank 0 gathered are gone); a flipped bit in rank 1's model is caught by verify and by rank
+  // 1's load, while rank 0 still loads its own files.
+  EXPECT_EQ(checkpoint_verify(*latest).size(), 7u);
+  for (const auto& e : std::filesystem::directory_iterator(*latest))
+    EXPECT_EQ(e.path().filename().string().rfind("digests", 0), std::string::npos) << e.path();
+  {
+    const std::string path = *latest + "/model.rank-00001-of-00003.safetensors";
+    std::string bytes = read_file(path);
+    bytes[bytes.size() - 2] ^= 0x20;
+    write_file_atomic(path, [&](FileWriter& w) { w.write(bytes); });
+  }
+  EXPECT_THROW(checkpoint_verify(*latest), CheckpointError);
+  EXPECT_THROW(checkpoint_load(*latest, 1), CheckpointError);
+  EXPECT_EQ(checkpoint_load(*latest, 0).rank, 0);
   std::filesystem::remove(std::filesystem::path(*latest) / "model.rank-00001-of-00003.safetensors");
   EXPECT_ANY_THROW(checkpoint_consolidate(*latest));
 }

@@ -20,7 +20,7 @@ const Command kCommands[] = {
   {"analyze", "the paper's diagnostics on a checkpoint: stream norms, gradients, gains, logit lens, massive activations, pruning", normlab::cli::setup_analyze},
   {"eval",    "validation perplexity (per token and per byte) and zero-shot multiple-choice accuracy of a model", normlab::cli::setup_eval},
   {"generate", "continue a prompt with a trained model (temperature, top-k, top-p, KV cache)", normlab::cli::setup_generate},
-  {"checkpoint", "join a sharded (multi-rank) checkpoint into a whole one (consolidate); show a checkpoint (inspect)", normlab::cli::setup_checkpoint},
+  {"checkpoint", "join a sharded (multi-rank) checkpoint into a whole one (consolidate); show a checkpoint (inspect); check its checksums (verify)", normlab::cli::setup_checkpoint},
   {"export",  "export a checkpoint's model: model.safetensors, config.json, tokenizer", normlab::cli::setup_export},
   {"tokenizer", "train a SentencePiece tokenizer; encode and decode with one", normlab::cli::setup_tokenizer},
   {"data",    "prepare token shards from text (data prepare), check them (data inspect)", normlab::cli::setup_data},

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Configures and builds the libFuzzer targets (tests/fuzz/CMakeLists.txt) with clang++.
+# Usage: tests/fuzz/build.sh BUILD_DIR. Without clang++ or libFuzzer it builds nothing and the
+# fuzz tests (tests/fuzz/run.sh) skip.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+build=$1
+cxx=$(command -v clang++ || command -v clang++-14 || true)
+if [ -z "$cxx" ]; then echo "fuzz: no clang++ (tools/setup.sh installs it): the fuzz tests skip (PASS)"; exit 0; fi
+if ! echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' |
+     "$cxx" -x c++ -fsanitize=fuzzer - -o /dev/null 2>/dev/null; then
+  echo "fuzz: $cxx cannot link libFuzzer: the fuzz tests skip (PASS)"; exit 0
+fi
+mkdir -p "$build"
+if [ ! -f "$build/build.ninja" ]; then
+  cmake -S "$here" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=None >"$build/configure.log" 2>&1 \
+    || { cat "$build/configure.log"; echo "fuzz: configure failed"; exit 1; }
+fi
+cmake --build "$build"
+echo "fuzz: targets built in $build (PASS)"

@@ -1,0 +1,221 @@
+// Crash safety and hostile inputs (docs/reliability.md): checkpoints carry checksums that catch
+// every flipped bit and truncation, resuming skips and sets aside a corrupted checkpoint,
+// interrupted saves leave nothing a reader would take for a checkpoint, and shard indexes that
+// point outside their folder or do not add up are rejected.
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "normlab/checkpoint.h"
+#include "normlab/file_io.h"
+#include "normlab/shard.h"
+#include "support.h"
+
+using namespace normlab;
+namespace fs = std::filesystem;
+
+namespace {
+
+Checkpoint small_checkpoint(int64_t step) {
+  Checkpoint c;
+  torch::manual_seed(step);
+  c.model = {{"embed.weight", torch::randn({5, 3})}, {"norm.weight", torch::ones({3})}};
+  c.optimizer = {{"exp_avg.embed.weight", torch::randn({5, 3})}, {"step.embed.weight", torch::tensor({step})}};
+  c.state.step = step;
+  c.state.tokens = 100 * static_cast<uint64_t>(step);
+  c.state.spike_window = {1.5, 2.5};
+  c.config_yaml = "model: {d_model: 3}\n";
+  return c;
+}
+
+void write_bytes(const fs::path& p, const std::string& bytes) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// How a checkpoint folder fails to verify and to load; "" when both succeed.
+std::string failure_of(const std::string& dir) {
+  std::string verify, load;
+  try {
+    checkpoint_verify(dir);
+  } catch (const std::exception& e) {
+    verify = e.what();
+  }
+  try {
+    checkpoint_load(dir);
+  } catch (const std::exception& e) {
+    load = e.what();
+  }
+  return verify.empty() || load.empty() ? verify + load : verify;
+}
+
+}  // namespace
+
+TEST(CheckpointIntegrity, StateListsEveryFileWithItsChecksum) {
+  test::ScratchDir dir("ckpt_sum");
+  const std::string ck = checkpoint_save(dir.path.string(), small_checkpoint(3), 2);
+  const auto files = checkpoint_verify(ck);
+  EXPECT_EQ(files, (std::vector<std::string>{"config.yaml", "model.safetensors", "optimizer.safetensors"}));
+  const auto state = nlohmann::json::parse(read_file(ck + "/state.json"));
+  for (const std::string& f : files) {
+    const FileDigest d = file_digest(ck + "/" + f);
+    EXPECT_EQ(state["files"][f]["bytes"].get<uint64_t>(), d.bytes) << f;
+    EXPECT_EQ(state["files"][f]["crc32"].get<uint32_t>(), d.crc32) << f;
+  }
+  const Checkpoint c = checkpoint_load(ck);
+  EXPECT_EQ(c.state.step, 3);
+  EXPECT_EQ(c.state.spike_window, (std::vector<double>{1.5, 2.5}));
+  EXPECT_TRUE(torch::equal(c.model.at("embed.weight"), small_checkpoint(3).model.at("embed.weight")));
+}
+
+TEST(CheckpointIntegrity, EveryFlippedBitAndEveryTruncationIsDetected) {
+  test::ScratchDir dir("ckpt_flip");
+  const std::string ck = checkpoint_save(dir.path.string(), small_checkpoint(4), 2);
+  int flips = 0, detected = 0;
+  for (const std::string name : {"model.safetensors", "optimizer.safetensors", "config.yaml", "state.json"}) {
+    const fs::path path = fs::path(ck) / name;
+    const std::string good = read_file(path.string());
+    // One bit in every byte (the bit position rotates), then truncations.
+    for (size_t i = 0; i < good.size(); ++i) {
+      std::string bad = good;
+      bad[i] = static_cast<char>(bad[i] ^ (1 << (i % 8)));
+      write_bytes(path, bad);
+      ++flips;
+      const std::string why = failure_of(ck);
+      if (!why.empty()) ++detected;
+      else ADD_FAILURE() << name << ": flipping bit " << i % 8 << " of byte " << i << " went unnoticed";
+    }
+    for (size_t keep : {size_t{0}, good.size() / 2, good.size() - 1}) {
+      write_bytes(path, good.substr(0, keep));
+      EXPECT_NE(failure_of(ck), "") << name << " truncated to " << keep << " bytes";
+    }
+    write_bytes(path, good);
+    ASSERT_EQ(failure_of(ck), "") << name;
+  }
+  EXPECT_EQ(detected, flips);
+  EXPECT_GT(flips, 500);
+  // The message names the file and says what is wrong.
+  const fs::path model = fs::path(ck) / "model.safetensors";
+  std::string bad = read_file(model.string());
+  bad[bad.size() - 3] ^= 0x10;  // a tensor byte: the file still parses, only the checksum knows
+  write_bytes(model, bad);
+  const std::string why = failure_of(ck);
+  EXPECT_NE(why.find("model.safetensors: checksum mismatch"), std::string::npos) << why;
+  EXPECT_NE(why.find("corrupted"), std::string::npos) << why;
+}
+
+TEST(CheckpointIntegrity, ResumingSkipsAndSetsAsideCorruptedCheckpoints) {
+  test::ScratchDir dir("ckpt_intact");
+  const std::string run = dir.path.string();
+  for (int64_t s : {2, 4, 6}) checkpoint_save(run, small_checkpoint(s), 3);
+  // Corrupt the newest: a byte of its optimizer state, and the config of the middle one.
+  std::string bad = read_file(run + "/checkpoints/step-00000006/optimizer.safetensors");
+  bad[bad.size() - 1] ^= 0x01;
+  write_bytes(run + "/checkpoints/step-00000006/optimizer.safetensors", bad);
+  write_bytes(run + "/checkpoints/step-00000004/config.yaml", "model: {d_model: 4}\n");
+  const IntactCheckpoint intact = checkpoint_latest_intact(run);
+  ASSERT_TRUE(intact.dir);
+  EXPECT_EQ(fs::path(*intact.dir).filename(), "step-00000002");
+  ASSERT_EQ(intact.corrupted.size(), 2u);
+  EXPECT_EQ(fs::path(intact.corrupted[0].first).filename(), "step-00000006");
+  EXPECT_NE(intact.corrupted[0].second.find("optimizer.safetensors: checksum mismatch"), std::string::npos);
+  EXPECT_NE(intact.corrupted[1].second.find("config.yaml: checksum mismatch"), std::string::npos);
+  for (const auto& [d, why] : intact.corrupted) checkpoint_set_aside(d);
+  EXPECT_TRUE(fs::is_directory(run + "/checkpoints/step-00000006.corrupted"));
+  EXPECT_EQ(fs::path(*checkpoint_latest(run)).filename(), "step-00000002");
+  // Pruning counts only real checkpoints: with keep 1 the new step 3 replaces step 2, and the
+  // set-aside folders stay for inspection.
+  checkpoint_save(run, small_checkpoint(3), 1);
+  EXPECT_FALSE(fs::exists(run + "/checkpoints/step-00000002"));
+  EXPECT_TRUE(fs::exists(run + "/checkpoints/step-00000003"));
+  EXPECT_TRUE(fs::exists(run + "/checkpoints/step-00000004.corrupted"));
+}
+
+TEST(CheckpointIntegrity, InterruptedSavesLeaveNoCheckpointAndAreCleanedUp) {
+  test::ScratchDir dir("ckpt_tmp");
+  const std::string run = dir.path.string();
+  checkpoint_save(run, small_checkpoint(1), 3);
+  // What a save killed half-way leaves: a temporary folder with some of the files.
+  const fs::path stale = fs::path(run) / "checkpoints/step-00000002.tmp-99999";
+  fs::create_directories(stale);
+  write_bytes(stale / "model.safetensors", "partial");
+  write_bytes(stale / "state.json", "{\"step\": 2");
+  EXPECT_EQ(fs::path(*checkpoint_latest(run)).filename(), "step-00000001");
+  EXPECT_EQ(failure_of(*checkpoint_latest(run)), "");
+  checkpoint_save(run, small_checkpoint(2), 3);
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_EQ(failure_of(*checkpoint_latest(run)), "");
+}
+
+TEST(CheckpointIntegrity, OlderCheckpointsWithoutChecksumsStillLoad) {
+  test::ScratchDir dir("ckpt_old");
+  const std::string ck = checkpoint_save(dir.path.string(), small_checkpoint(5), 1);
+  auto state = nlohmann::json::parse(read_file(ck + "/state.json"));
+  state.erase("files");
+  state.erase("crc32");
+  write_bytes(ck + "/state.json", state.dump(2));
+  EXPECT_TRUE(checkpoint_verify(ck).empty());
+  EXPECT_EQ(checkpoint_load(ck).state.step, 5);
+}
+
+TEST(CheckpointIntegrity, HostileStateIsRejectedClearly) {
+  test::ScratchDir dir("ckpt_hostile");
+  const std::string ck = checkpoint_save(dir.path.string(), small_checkpoint(5), 1);
+  const auto good = nlohmann::json::parse(read_file(ck + "/state.json"));
+  auto rewrite = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = good;
+    edit(j);
+    // A hostile state comes with a checksum that matches it.
+    j.erase("crc32");
+    const std::string text = j.dump(2);
+    j["crc32"] = crc32_of(text.data(), text.size());
+    write_bytes(ck + "/state.json", j.dump(2) + "\n");
+    return failure_of(ck);
+  };
+  EXPECT_NE(rewrite([](auto& j) { j["step"] = 1e30; }).find("step = 1e+30 is not an integer"), std::string::npos);
+  EXPECT_NE(rewrite([](auto& j) { j["world_size"] = 1e12; }).find("world_size"), std::string::npos);
+  EXPECT_NE(rewrite([](auto& j) { j["files"]["../../etc/passwd"] = {{"bytes", 1}, {"crc32", 1}}; })
+                .find("not a file name in the checkpoint folder"),
+            std::string::npos);
+  EXPECT_NE(rewrite([](auto& j) { j["files"].erase("model.safetensors"); }).find("model.safetensors"),
+            std::string::npos);
+  EXPECT_NE(rewrite([](auto& j) { j["files"]["config.yaml"]["bytes"] = 3; }).find("truncated or corrupted"),
+            std::string::npos);
+  // A NaN loss is written as null and read back as NaN.
+  EXPECT_EQ(rewrite([](auto& j) { j["last_loss"] = nullptr; }), "");
+  EXPECT_TRUE(std::isnan(checkpoint_load(ck).state.last_loss));
+}
+
+TEST(ShardIndexHostile, NamesOutsideTheFolderAndInconsistentCountsAreRejected) {
+  const nlohmann::json good = {
+      {"format", "normlab-token-shards"},
+      {"version", 1},
+      {"dtype", "uint16"},
+      {"tokenizer", {{"file", "t.model"}, {"crc32", 7}, {"vocab_size", 400}, {"eos_id", 2}}},
+      {"splits",
+       {{"train",
+         {{"documents", 1}, {"tokens", 30}, {"shards", {{{"file", "train-00000.bin"}, {"tokens", 30}, {"crc32", 1}}}}}}}}};
+  EXPECT_EQ(shard_index_parse(good.dump(), "index.json").splits.at("train").tokens, 30u);
+  auto error_of = [&](const std::function<void(nlohmann::json&)>& edit) -> std::string {
+    nlohmann::json j = good;
+    edit(j);
+    try {
+      shard_index_parse(j.dump(), "index.json");
+    } catch (const ShardError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const auto shard0 = [](nlohmann::json& j) -> nlohmann::json& { return j["splits"]["train"]["shards"][0]; };
+  for (const std::string name : {"../train-00000.bin", "/etc/passwd", "sub/train.bin", "..", ""})
+    EXPECT_NE(error_of([&](auto& j) { shard0(j)["file"] = name; }).find("not a file name in the index's folder"),
+              std::string::npos)
+        << name;
+  EXPECT_NE(error_of([&](auto& j) { j["splits"]["train"]["tokens"] = 31; }).find("its shards hold 30"),
+            std::string::npos);
+  EXPECT_NE(error_of([&](auto& j) { shard0(j)["tokens"] = 1.8446744073709552e19; }).find("must be an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of([&](auto& j) { shard0(j)["crc32"] = -1; }).find("must be an integer"), std::string::npos);
+  EXPECT_NE(error_of([&](auto& j) { j["version"] = 1e30; }).find("index version"), std::string::npos);
+  EXPECT_NE(error_of([&](auto& j) { j["tokenizer"]["eos_id"] = "x"; }).find("eos_id"), std::string::npos);
+  EXPECT_NE(error_of([](auto& j) { j = nlohmann::json::array(); }).find("not a normlab shard index"), std::string::npos);
+}
