@@ -27,6 +27,7 @@ packages=(
   libspdlog-dev libfmt-dev                                # logging (kept away from torch's fmt)
   libsentencepiece-dev sentencepiece                      # tokenizer library and tools
   libgtest-dev libgmock-dev                               # tests
+  clang                                                   # libFuzzer for the fuzz tests (tests/fuzz/)
   libcli11-dev nlohmann-json3-dev                         # CLI, JSON
   zlib1g-dev                                              # gzip input
   libopenmpi-dev openmpi-bin                              # multi-process training on CPU (mpirun)

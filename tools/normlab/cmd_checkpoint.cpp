@@ -39,8 +39,13 @@ Runner setup_checkpoint(CLI::App& sub) {
       if (fs::exists(fs::path(o->checkpoint) / "state.json")) {
         dirs.push_back(o->checkpoint);
       } else {
-        for (const auto& e : fs::directory_iterator(fs::path(o->checkpoint) / "checkpoints"))
-          if (fs::exists(e.path() / "state.json")) dirs.push_back(e.path().string());
+        // The run's checkpoints (step-N); set-aside (step-N.corrupted) and temporary folders are not.
+        for (const auto& e : fs::directory_iterator(fs::path(o->checkpoint) / "checkpoints")) {
+          const std::string name = e.path().filename().string();
+          if (name.rfind("step-", 0) == 0 && name.find_first_not_of("0123456789", 5) == std::string::npos &&
+              fs::exists(e.path() / "state.json"))
+            dirs.push_back(e.path().string());
+        }
         std::sort(dirs.begin(), dirs.end());
         if (dirs.empty()) throw std::invalid_argument(o->checkpoint + ": no checkpoints");
       }

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Crash safety of checkpoints as a user meets it (docs/reliability.md):
+#  1. kill -9 while a checkpoint is being written (caught in the act: its temporary folder
+#     exists), five times: every complete checkpoint still verifies, and --resume continues;
+#  2. a flipped bit in the newest checkpoint: `normlab checkpoint verify` names the file, and
+#     --resume sets it aside and resumes from the one before;
+#  3. a full disk (an 11 MB tmpfs; needs permission to mount one, else this part is skipped):
+#     the save fails with a clear error, the previous checkpoint stays whole, no temporary
+#     folder is left, and after space is freed --resume finishes the run.
+# Usage: crash_safety.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
+set -euo pipefail
+normlab=$1 src=$2 kjv=$3 python=$4 work=$5
+rm -rf "$work" && mkdir -p "$work"
+args=(--config "$src/configs/tiny/lm.yaml" --set "data.train=$kjv/shards" --set "data.tokenizer=$kjv/tokenizer.model"
+      --set eval.every=0 --set logging.every=1000 --set checkpoint.every=1 --set checkpoint.keep=2)
+fail() { echo "FAIL: $*"; exit 1; }
+
+# ---- 1. kill -9 during checkpoint writes ----------------------------------------------------
+run=$work/killed
+mid_save=0
+for round in 1 2 3 4 5; do
+  resume=(); [ -d "$run/checkpoints" ] && resume=(--resume)
+  "$normlab" train "${args[@]}" --out "$run" --set train.steps=100000 "${resume[@]}" > "$work/kill$round.out" 2>&1 &
+  pid=$!
+  # Wait for one complete checkpoint of this round, then for the next save to start.
+  before=$(ls -d "$run"/checkpoints/step-???????? 2>/dev/null | tail -1 || true)
+  for _ in $(seq 1 600); do
+    now=$(ls -d "$run"/checkpoints/step-???????? 2>/dev/null | tail -1 || true)
+    [ -n "$now" ] && [ "$now" != "$before" ] && break
+    kill -0 "$pid" 2>/dev/null || { cat "$work/kill$round.out"; fail "round $round: train exited early"; }
+    sleep 0.1
+  done
+  caught=0
+  for _ in $(seq 1 20000); do
+    if compgen -G "$run/checkpoints/step-*.tmp-*" > /dev/null; then kill -9 "$pid"; caught=1; break; fi
+  done
+  [ $caught = 1 ] || kill -9 "$pid"
+  wait "$pid" 2>/dev/null || true
+  if compgen -G "$run/checkpoints/step-*.tmp-*" > /dev/null; then mid_save=$((mid_save + 1)); fi
+  "$normlab" checkpoint verify --checkpoint "$run" > "$work/verify$round.out" 2>&1 \
+    || { cat "$work/verify$round.out"; fail "round $round: a checkpoint does not verify after kill -9"; }
+done
+[ $mid_save -ge 3 ] || fail "only $mid_save of 5 kills landed during a checkpoint write"
+last=$(ls -d "$run"/checkpoints/step-???????? | tail -1)
+step=$(basename "$last" | sed 's/step-0*//')
+"$normlab" train "${args[@]}" --out "$run" --set train.steps=$((step + 2)) --resume > "$work/kill-resume.out" 2>&1 \
+  || { cat "$work/kill-resume.out"; fail "resume after kill -9 failed"; }
+grep -q "resumed from .*step-0*$step at step $step" "$run/train.log" || fail "did not resume from $(basename "$last")"
+! compgen -G "$run/checkpoints/step-*.tmp-*" > /dev/null || fail "a temporary folder survived the next save"
+echo "kill -9: $mid_save of 5 kills during a checkpoint write; every checkpoint verified; resumed at step $step"
+
+# ---- 2. a flipped bit -----------------------------------------------------------------------
+run=$work/flipped
+"$normlab" train "${args[@]}" --out "$run" --set train.steps=4 > "$work/flip1.out" 2>&1 || { cat "$work/flip1.out"; fail "train"; }
+"$python" - "$run/checkpoints/step-00000004/model.safetensors" <<'PY'
+import sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+b[len(b) // 2] ^= 0x08
+open(p, "wb").write(b)
+PY
+rc=0; "$normlab" checkpoint verify --checkpoint "$run" > "$work/flip-verify.out" 2>&1 || rc=$?
+[ $rc = 1 ] || { cat "$work/flip-verify.out"; fail "verify exit $rc on a flipped bit, expected 1"; }
+grep -q "step-00000004: CORRUPTED: .*model.safetensors: checksum mismatch" "$work/flip-verify.out" \
+  || { cat "$work/flip-verify.out"; fail "verify does not name the corrupted file"; }
+grep -q "step-00000003: ok" "$work/flip-verify.out" || fail "verify does not pass the intact checkpoint"
+"$normlab" train "${args[@]}" --out "$run" --set train.steps=6 --resume > "$work/flip2.out" 2>&1 \
+  || { cat "$work/flip2.out"; fail "resume past a corrupted checkpoint failed"; }
+grep -q "not resuming from a corrupted checkpoint" "$run/train.log" || fail "no corruption report in train.log"
+grep -q "resumed from .*step-00000003 at step 3" "$run/train.log" || fail "did not resume from step 3"
+[ -d "$run/checkpoints/step-00000004.corrupted" ] || fail "the corrupted checkpoint was not set aside"
+"$normlab" checkpoint verify --checkpoint "$run" > /dev/null || fail "checkpoints after the resume do not verify"
+echo "bit flip: verify named model.safetensors; resume set step 4 aside and resumed from step 3"
+
+# ---- 3. a full disk --------------------------------------------------------------------------
+full=$work/full
+mkdir -p "$full"
+if ! mount -t tmpfs -o size=11m tmpfs "$full" 2>/dev/null; then
+  echo "full disk: skipped (no permission to mount a tmpfs here)"
+  echo PASS
+  exit 0
+fi
+trap 'umount "$full" 2>/dev/null || true' EXIT
+run=$full/run
+rc=0; "$normlab" train "${args[@]}" --out "$run" --set train.steps=10 > "$work/full.out" 2>&1 || rc=$?
+[ $rc -ne 0 ] || fail "a run that cannot save its second checkpoint exited 0"
+grep -q "No space left on device" "$work/full.out" || { cat "$work/full.out"; fail "the error does not say the disk is full"; }
+grep -q "step-00000002.*safetensors" "$work/full.out" || { cat "$work/full.out"; fail "the error does not name the file"; }
+[ "$(ls -d "$run"/checkpoints/step-* | xargs -n1 basename | tr '\n' ' ')" = "step-00000001 " ] \
+  || { ls -la "$run/checkpoints"; fail "the checkpoint folder holds more than the previous checkpoint"; }
+"$normlab" checkpoint verify --checkpoint "$run" > /dev/null || fail "the previous checkpoint does not verify"
+echo "full disk: exit $rc, '$(grep -o 'error: .*' "$work/full.out" | head -1 | cut -c1-160)'"
+mount -o remount,size=64m "$full"
+"$normlab" train "${args[@]}" --out "$run" --set train.steps=4 --resume > "$work/full2.out" 2>&1 \
+  || { cat "$work/full2.out"; fail "resume after freeing space failed"; }
+grep -q "resumed from .*step-00000001 at step 1" "$run/train.log" || fail "did not resume from step 1"
+echo "full disk: after freeing space, resumed from step 1 and finished"
+echo PASS
