@@ -390,6 +390,14 @@ Checkpoint checkpoint_load(const std::string& dir, int64_t rank) {
   return c;
 }
 
+TensorDict checkpoint_load_model(const std::string& dir) {
+  const nlohmann::json state = read_state_json(dir);
+  if (world_of(state, dir) > 1) return checkpoint_consolidate(dir).model;
+  const Digests files = listed_files(state, dir);
+  open_checked(dir, "config.yaml", files);
+  return load_checked(dir, "model.safetensors", files).tensors;
+}
+
 Checkpoint checkpoint_consolidate(const std::string& dir) {
   const int64_t world = checkpoint_world(dir);
   if (world == 1) return checkpoint_load(dir);

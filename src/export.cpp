@@ -140,7 +140,7 @@ LoadedModel load_model(const std::string& source, torch::Device device) {
   const RunConfig cfg = config_load((fs::path(m.from) / "config.yaml").string());
   const bool sharded = checkpoint_world(m.from) > 1;
   const std::string weights = sharded ? m.from : (fs::path(m.from) / "model.safetensors").string();
-  const TensorDict tensors = sharded ? checkpoint_consolidate(m.from).model : safetensors_load(weights).tensors;
+  const TensorDict tensors = checkpoint_load_model(m.from);  // checksums checked
   check_weights(cfg.model, tensors, m.from);
   m.model = DecoderLM(cfg.model, device);
   load_weights(*m.model, tensors, weights);

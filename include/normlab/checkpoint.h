@@ -102,6 +102,10 @@ std::string checkpoint_set_aside(const std::string& dir);
 /// result).
 Checkpoint checkpoint_load(const std::string& dir, int64_t rank = 0);
 
+/// The model weights of a checkpoint folder (joined from the ranks' pieces when sharded), with
+/// the checksums of the weights and of config.yaml checked: what eval, analyze and generate need.
+TensorDict checkpoint_load_model(const std::string& dir);
+
 /// A whole (world 1) checkpoint from a sharded one: every parameter and moment joined from its
 /// pieces in rank order, the rest (step counts, RNG) from the lowest rank holding it. Throws
 /// std::runtime_error naming the folder when pieces are missing or do not add up.

@@ -63,6 +63,7 @@ TEST(CheckpointIntegrity, StateListsEveryFileWithItsChecksum) {
   }
   const Checkpoint c = checkpoint_load(ck);
   EXPECT_EQ(c.state.step, 3);
+  EXPECT_TRUE(torch::equal(checkpoint_load_model(ck).at("norm.weight"), c.model.at("norm.weight")));
   EXPECT_EQ(c.state.spike_window, (std::vector<double>{1.5, 2.5}));
   EXPECT_TRUE(torch::equal(c.model.at("embed.weight"), small_checkpoint(3).model.at("embed.weight")));
 }
@@ -101,6 +102,7 @@ TEST(CheckpointIntegrity, EveryFlippedBitAndEveryTruncationIsDetected) {
   const std::string why = failure_of(ck);
   EXPECT_NE(why.find("model.safetensors: checksum mismatch"), std::string::npos) << why;
   EXPECT_NE(why.find("corrupted"), std::string::npos) << why;
+  EXPECT_THROW(checkpoint_load_model(ck), CheckpointError);  // eval, analyze, generate
 }
 
 TEST(CheckpointIntegrity, ResumingSkipsAndSetsAsideCorruptedCheckpoints) {
