@@ -424,7 +424,9 @@ void merge(YAML::Node dst, const YAML::Node& src, const std::string& origin, con
 
 YAML::Node load_with_bases(const std::string& path, Origins& origins, int depth) {
   if (depth > 8) throw ConfigError(path + ": `base:` chain deeper than 8 files (a cycle?)");
-  if (!std::filesystem::is_regular_file(path)) throw ConfigError(path + ": config file not found");
+  std::error_code ec;  // the error_code form: a hostile `base:` (a name too long) must not throw
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw ConfigError(path + ": config file not found" + (ec ? " (" + ec.message() + ")" : ""));
   YAML::Node doc;
   try {
     doc = YAML::LoadFile(path);
@@ -533,7 +535,9 @@ std::string config_reference_markdown() {
 }
 
 SweepSpec sweep_load(const std::string& path) {
-  if (!std::filesystem::is_regular_file(path)) throw ConfigError(path + ": sweep file not found");
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw ConfigError(path + ": sweep file not found" + (ec ? " (" + ec.message() + ")" : ""));
   YAML::Node doc;
   try {
     doc = YAML::LoadFile(path);
