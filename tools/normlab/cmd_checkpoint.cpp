@@ -39,6 +39,8 @@ Runner setup_checkpoint(CLI::App& sub) {
       if (fs::exists(fs::path(o->checkpoint) / "state.json")) {
         dirs.push_back(o->checkpoint);
       } else {
+        if (!fs::is_directory(fs::path(o->checkpoint) / "checkpoints"))
+          throw std::invalid_argument(o->checkpoint + ": neither a checkpoint folder nor a run folder with checkpoints");
         // The run's checkpoints (step-N); set-aside (step-N.corrupted) and temporary folders are not.
         for (const auto& e : fs::directory_iterator(fs::path(o->checkpoint) / "checkpoints")) {
           const std::string name = e.path().filename().string();
