@@ -1,6 +1,6 @@
-// The diagnostics of PAPER.md §5 on one batch. One forward pass with a Probe collects the
-// streams; gradients come from torch::autograd::grad (the parameters' .grad are not touched);
-// the logit lens and the pruning curve run without gradients.
+// The paper's diagnostics (docs/paper.md, Diagnostics) on one batch. One forward pass with a
+// Probe collects the streams; gradients come from torch::autograd::grad (the parameters' .grad
+// are not touched); the logit lens and the pruning curve run without gradients.
 #include "normlab/diagnostics.h"
 
 #include <torch/torch.h>

@@ -5,8 +5,8 @@ Usage: load_export.py EXPORT_DIR --prompt TEXT [--max-tokens N]
 
 Reads config.json, model.safetensors and tokenizer.model, builds the model with the
 independent PyTorch reference implementation (tests/reference/normlab_ref.py, written from
-PAPER.md, the same one the unit tests' goldens come from) and continues the prompt greedily,
-printing the text. `normlab generate --temperature 0` gives the same text (tests/cli/eval_generate.sh).
+the paper's equations in docs/paper.md, the same one the unit tests' goldens come from) and
+continues the prompt greedily, printing the text. `normlab generate --temperature 0` gives the same text (tests/cli/eval_generate.sh).
 
 As a library: `model = load(EXPORT_DIR)` returns (params, cfg); `logits(model, token_ids)` the
 (T, V) logits of one sequence.

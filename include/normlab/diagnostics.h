@@ -1,5 +1,5 @@
-// The paper's diagnostics (PAPER.md §5) on a fixed batch: what the streams look like through
-// depth, where the gradient flows, how the shared branches weigh their two inputs, what each
+// The paper's diagnostics (docs/paper.md, Diagnostics) on a fixed batch: what the streams look
+// like through depth, where the gradient flows, how the shared branches weigh their two inputs, what each
 // stream predicts on its own, where massive activations sit, and which blocks matter.
 //
 // `normlab train` runs them every `diagnostics.every` steps (off by default; when off nothing

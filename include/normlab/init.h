@@ -1,7 +1,7 @@
 // Weight initialisation schemes (model.init):
-//   mitchell  PAPER.md §3, truncated normal at 3 sigma: qkv and MLP input projections
-//             1/sqrt(d); attention output 1/sqrt(2 d (l+1)); MLP output 1/sqrt(2 d_ff (l+1));
-//             embedding and untied head 1/sqrt(d)
+//   mitchell  the paper's (docs/paper.md, Initialisation), truncated normal at 3 sigma: qkv
+//             and MLP input projections 1/sqrt(d); attention output 1/sqrt(2 d (l+1)); MLP
+//             output 1/sqrt(2 d_ff (l+1)); embedding and untied head 1/sqrt(d)
 //   normal    every matrix N(0, init_std), truncated at 3 sigma
 //   megatron  as normal, with the residual output projections (attention output, MLP output)
 //             scaled down to init_std / sqrt(2 L)

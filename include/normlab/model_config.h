@@ -28,7 +28,8 @@ template <> struct EnumNames<OutputFusion> {
 };
 // clang-format on
 
-/// SiameseNorm's ablation switches (PAPER.md §2); read only by siamese and siamese_hybrid.
+/// SiameseNorm's ablation switches (docs/paper.md, Ablation switches); read only by siamese and
+/// siamese_hybrid.
 struct SiameseOptions {
   bool depth_scale = true;   // X update divided by c_l = sqrt(2(l+1)); off: c_l = 1
   bool input_norm = true;    // "normalized input fusion" N_in before each shared branch

@@ -1,5 +1,5 @@
 // Norm: RMSNorm (default) or LayerNorm over the last dimension, with an optional gain and no
-// bias, always computed in at least fp32 (PAPER.md, conventions of the reference code):
+// bias, always computed in at least fp32 (docs/paper.md, Conventions):
 //   rmsnorm:   y = w * x * rsqrt(mean(x^2) + eps)
 //   layernorm: y = w * (x - mean(x)) * rsqrt(var(x) + eps)
 // RMSNorm runs the fused kernel of fused.h on CPU; add_forward fuses the residual add before

@@ -2,8 +2,8 @@
 
 Plain, functional PyTorch. Parameters live in a flat dict ``name -> tensor`` whose
 names are exactly the ones the C++ implementation loads. Every normalization scheme has
-its own forward function that reads like the update rules of /work/shared/PAPER.md
-(sections 1 and 2, plus the "Conventions of the reference implementation").
+its own forward function that reads like the paper's update rules as docs/paper.md states
+them (sections Schemes, Stream initialisation and final fusion, and Conventions).
 
 Usage:
     cfg = make_config("siamese_hybrid")

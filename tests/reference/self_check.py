@@ -269,7 +269,10 @@ def siamese_streams_start_equal():
 
 
 def siamese_hybrid_first_block_by_hand():
-    """Unroll block 0 of siamese_hybrid from the PAPER.md pseudo-code with separately written ops."""
+    """Unroll block 0 of siamese_hybrid from the paper's pseudo-code with separately written ops.
+
+    The pseudo-code is in docs/paper.md, "SiameseNorm (hybrid-pre)".
+    """
     cfg = ref.make_config("siamese_hybrid", n_layers=1, siamese_output_fusion="code")
     P = ref.init_params(cfg, 16, DT)
     tok = tokens_for(cfg)

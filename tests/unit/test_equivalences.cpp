@@ -1,4 +1,4 @@
-// The structural facts of PAPER.md ("checkable structural facts") and the reductions between
+// The paper's structural facts (docs/paper.md, Structural facts) and the reductions between
 // schemes, each checked on the same weights in float64.
 #include "normlab/attention.h"
 #include "normlab/mlp.h"
@@ -53,8 +53,9 @@ std::string replace_suffix(std::string name, const std::string& from, const std:
 
 }  // namespace
 
-// PAPER.md: zero gain on the X-side norms reduces SiameseNorm to Pre-Norm on Y. With the
-// normalized input fusion off and the paper-form output the reduction is exact.
+// docs/paper.md, Structural facts: zero gain on the X-side norms reduces SiameseNorm to
+// Pre-Norm on Y. With the normalized input fusion off and the paper-form output the reduction
+// is exact.
 TEST(Equivalence, SiameseHybridWithZeroXGainsIsPreNormOnY) {
   ModelConfig cfg = test::tiny_config(Scheme::SiameseHybrid);
   cfg.siamese.input_norm = false;
@@ -229,7 +230,8 @@ TEST(Equivalence, SiameseStreamsShareTheBranchParameters) {
   }
 }
 
-// PAPER.md: the overhead over the single-stream base is 4d per block plus 2d at the end.
+// docs/paper.md, Structural facts: the overhead over the single-stream base is 4d per block
+// plus 2d at the end.
 TEST(Equivalence, SiameseParameterOverheadIsFourDPerBlockPlusTwoD) {
   for (Scheme s : {Scheme::Siamese, Scheme::SiameseHybrid}) {
     ModelConfig cfg = test::tiny_config(s);
