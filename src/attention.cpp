@@ -1,5 +1,6 @@
 #include "normlab/attention.h"
 
+#include <ATen/SDPBackend.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -78,6 +79,24 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
       q, k, v, mask.defined() ? std::optional<torch::Tensor>(mask) : std::nullopt, /*dropout_p=*/0.0, /*is_causal=*/causal,
       /*scale=*/1.0 / std::sqrt(static_cast<double>(D)), /*enable_gqa=*/Hk != H);
   return out(y.transpose(1, 2).reshape({B, T, H * D}));
+}
+
+std::string attention_backend(const AttentionOptions& o, int64_t batch, int64_t seq_len, torch::ScalarType dtype) {
+  const auto on = torch::TensorOptions().device(o.device()).dtype(dtype);
+  const int64_t D = o.head_dim();
+  // As forward lays them out: (B, T, heads, D) viewed as (B, heads, T, D).
+  const torch::Tensor q = torch::empty({batch, seq_len, o.n_heads(), D}, on).transpose(1, 2);
+  const torch::Tensor kv = torch::empty({batch, seq_len, o.kv_heads(), D}, on).transpose(1, 2);
+  const int64_t choice = at::_fused_sdp_choice(q, kv, kv, std::nullopt, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                               1.0 / std::sqrt(static_cast<double>(D)), o.kv_heads() != o.n_heads());
+  switch (static_cast<at::SDPBackend>(choice)) {
+    case at::SDPBackend::flash_attention:     return "flash";
+    case at::SDPBackend::cudnn_attention:     return "cudnn";
+    case at::SDPBackend::efficient_attention: return "efficient";
+    case at::SDPBackend::math:                return "math";
+    case at::SDPBackend::overrideable:        return "overrideable";
+    default:                                  return "none (" + std::to_string(choice) + ")";
+  }
 }
 
 void AttentionImpl::pretty_print(std::ostream& stream) const {

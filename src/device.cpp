@@ -4,6 +4,8 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <torch/cuda.h>
 #include <torch/version.h>
@@ -53,6 +55,27 @@ std::vector<CudaDeviceInfo> cuda_devices() {
                    static_cast<double>(p->totalGlobalMem) / (1024.0 * 1024.0 * 1024.0)});
   }
   return out;
+}
+
+double measure_matmul_flops(const torch::Device& device, int64_t n, int reps) {
+  const auto dtype = device.is_cuda() ? torch::kBFloat16 : torch::kFloat;
+  const auto on = torch::TensorOptions().device(device).dtype(dtype);
+  const torch::Tensor a = torch::randn({n, n}, on), b = torch::randn({n, n}, on);
+  torch::Tensor c = torch::empty({n, n}, on);
+  auto sync = [&] {
+    if (device.is_cuda()) torch::cuda::synchronize(device.index() < 0 ? -1 : device.index());
+  };
+  for (int i = 0; i < 3; ++i) torch::mm_out(c, a, b);
+  sync();
+  std::vector<double> seconds;
+  for (int i = 0; i < std::max(reps, 1); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    torch::mm_out(c, a, b);
+    sync();
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / seconds[seconds.size() / 2];
 }
 
 std::string own_kernels_archs() {

@@ -41,7 +41,7 @@ double flops_per_token(const ModelConfig& cfg, int64_t seq_len) {
   const ParamCounts c = count_parameters(cfg);
   // Tied: the embedding matrix is the head's matmul; untied: the lookup costs no FLOPs.
   const double n = static_cast<double>(cfg.tie_embeddings ? c.total : c.total - c.embedding);
-  return 6.0 * n + 12.0 * static_cast<double>(cfg.n_layers * cfg.n_heads * cfg.head_dim() * seq_len);
+  return 6.0 * n + 6.0 * static_cast<double>(cfg.n_layers * cfg.n_heads * cfg.head_dim() * seq_len);  // causal: half
 }
 
 MemoryEstimate estimate_memory(const ModelConfig& cfg, const MemoryPlan& plan) {

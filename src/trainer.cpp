@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "normlab/attention.h"
 #include "normlab/autocast.h"
 #include "normlab/checkpoint.h"
 #include "normlab/checkpointing.h"
@@ -52,7 +53,7 @@ int exit_code(RunStatus status) {
 
 namespace {
 
-constexpr double kPeakBf16Flops = 989e12;  // H100/H200 SXM dense bf16, the MFU denominator
+constexpr double kPeakBf16Flops = 989e12;  // H100/H200 SXM dense bf16, the nominal MFU denominator
 
 torch::Device resolve_device(const std::string& name) {
   if (name == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
@@ -333,6 +334,22 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
        (sharded ? " on each of " + std::to_string(world) + " ranks, FSDP over " + comm.backend() + fsdp_dtypes : "") +
        "); run folder " +
        o.run_dir);
+  // What the step runs on: the attention kernel LibTorch dispatches to for this shape, and on
+  // CUDA the matmul rate this GPU reaches now, the second MFU denominator beside the nominal.
+  const std::string attn_backend = attention_backend(attention_options(cfg.model, device), cfg.train.micro_batch,
+                                                     cfg.data.seq_len, bf16 ? torch::kBFloat16 : torch::kFloat);
+  const double matmul_flops = device.is_cuda() ? measure_matmul_flops(device) : 0.0;
+  {
+    char msg[200];
+    std::snprintf(msg, sizeof msg, "attention: SDPA backend %s; %.3g FLOP per token (6N + causal attention)",
+                  attn_backend.c_str(), flops_token);
+    info(msg);
+    if (device.is_cuda()) {
+      std::snprintf(msg, sizeof msg, "matmul: %.1f TFLOP/s measured (bf16 8192^3); MFU over %.0f TFLOP/s nominal and over this",
+                    matmul_flops / 1e12, kPeakBf16Flops / 1e12);
+      info(msg);
+    }
+  }
 
   TrainSummary sum;
   sum.run_dir = o.run_dir;
@@ -421,9 +438,17 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
                         {"skipped_steps", sum.skipped_steps},
                         {"tokens", sum.tokens},
                         {"wall_seconds", sum.wall_seconds},
+                        {"tokens_per_s", sum.wall_seconds > 0 ? num(static_cast<double>(sum.tokens) / sum.wall_seconds) : nullptr},
+                        {"attention_backend", attn_backend},
                         {"parameters", counts.total},
                         {"peak_memory_bytes", device_memory_bytes(device, /*peak=*/true)},
                         {"tasks", final_tasks}};
+    if (device.is_cuda() && sum.wall_seconds > 0) {
+      const double tps = static_cast<double>(sum.tokens) / sum.wall_seconds;
+      j["mfu"] = tps * flops_token / kPeakBf16Flops;
+      j["mfu_measured"] = tps * flops_token / matmul_flops;
+      j["matmul_flops_measured"] = matmul_flops;
+    }
     if (sharded) {
       j["world_size"] = world;
       j["rank_state_bytes"] = sum.rank_state_bytes;
@@ -488,6 +513,7 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
     }
     st.tokens += static_cast<uint64_t>(tokens_per_step);
     st.step = completed;
+    if (device.is_cuda()) torch::cuda::synchronize(device.index());  // the step's kernels are done
     const double step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     st.wall_seconds += step_seconds;
     window_seconds += step_seconds;
@@ -502,7 +528,9 @@ TrainSummary train(const RunConfig& cfg, const TrainOptions& o) {
       int n = std::snprintf(msg, sizeof msg, "step %lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s",
                             static_cast<long long>(completed), static_cast<long long>(cfg.train.steps), loss, lr,
                             grad_norm, tps);
-      if (device.is_cuda()) n += std::snprintf(msg + n, sizeof msg - n, " | mfu %.1f%%", 100.0 * tps * flops_token / kPeakBf16Flops);
+      if (device.is_cuda())
+        n += std::snprintf(msg + n, sizeof msg - n, " | mfu %.1f%% (%.1f%% of measured)",
+                           100.0 * tps * flops_token / kPeakBf16Flops, 100.0 * tps * flops_token / matmul_flops);
       n += std::snprintf(msg + n, sizeof msg - n, " | mem %.2f GiB | eta %s", device_memory_bytes(device) / (1 << 30),
                          duration(window_seconds / static_cast<double>(window_steps) *
                                   static_cast<double>(cfg.train.steps - completed)).c_str());

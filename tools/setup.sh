@@ -23,6 +23,7 @@ done
 # ---- Debian packages ---------------------------------------------------------------------
 packages=(
   cmake ninja-build ccache g++ pkg-config make git        # build
+  patchelf                                                # relocatable GPU pack (tools/gpu/pack.sh)
   libyaml-cpp-dev                                         # config files
   libspdlog-dev libfmt-dev                                # logging (kept away from torch's fmt)
   libsentencepiece-dev sentencepiece                      # tokenizer library and tools

@@ -37,6 +37,13 @@ struct AttentionOptions {
 /// The attention options of a block of `cfg` (q/k/v norms as cfg.uses_qkv_norm()).
 AttentionOptions attention_options(const ModelConfig& cfg, torch::Device device);
 
+/// The scaled-dot-product-attention kernel LibTorch picks for a causal training forward of
+/// `batch` sequences of `seq_len` tokens in `dtype` on options.device(): "flash", "cudnn",
+/// "efficient" (memory-efficient), "math" (the unfused composition) or "overrideable". Asks
+/// LibTorch's own dispatcher (at::_fused_sdp_choice) on tensors of the model's shapes, so it
+/// names the kernel the runs use, not one assumed from the device.
+std::string attention_backend(const AttentionOptions& options, int64_t batch, int64_t seq_len, torch::ScalarType dtype);
+
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const AttentionOptions& options);

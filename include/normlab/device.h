@@ -27,6 +27,11 @@ std::vector<CudaDeviceInfo> cuda_devices();
 /// high-water mark when `peak`).
 double device_memory_bytes(const torch::Device& device, bool peak = false);
 
+/// The dense matmul rate this device reaches now, in FLOP/s: the median of `reps` timed
+/// (n x n) @ (n x n) products after a warm-up, synchronised, in bf16 on CUDA and fp32 on the
+/// CPU. The denominator of the "measured" MFU beside the nominal one.
+double measure_matmul_flops(const torch::Device& device, int64_t n = 8192, int reps = 10);
+
 /// The CUDA architectures normlab's own kernels (src/kernels) were compiled for, e.g. "90";
 /// empty when this build has no kernels (NORMLAB_CUDA off or no nvcc).
 std::string own_kernels_archs();

@@ -23,10 +23,11 @@ struct ParamCounts {
 };
 ParamCounts count_parameters(const ModelConfig& cfg);
 
-/// Training FLOPs per token: 6 N + 12 L H D T, N = parameters without the input embedding
+/// Training FLOPs per token: 6 N + 6 L H D T, N = parameters without the input embedding
 /// (the head is counted; with tied embeddings the shared matrix is counted once as the head),
-/// L layers, H heads, D head dim, T sequence length (torchtitan's convention; causal masking
-/// not discounted).
+/// L layers, H heads, D head dim, T sequence length. The attention term is the score and
+/// value matmuls of a causal mask, half of the 12 L H D T of full attention (as in the
+/// FlashAttention papers and Megatron's MFU): the FLOPs the kernels actually perform.
 double flops_per_token(const ModelConfig& cfg, int64_t seq_len);
 
 struct MemoryPlan {

@@ -1,10 +1,13 @@
 // The trainer's CUDA paths (skipped without a GPU): bf16 autocast training, the fused AdamW
 // kernel against the reference loop, and agreement of a CUDA forward with the CPU one.
+#include <gmock/gmock.h>
 #include <torch/torch.h>
 
+#include "normlab/attention.h"
 #include "normlab/autocast.h"
 #include "normlab/config_io.h"
 #include "normlab/data_prepare.h"
+#include "normlab/device.h"
 #include "normlab/model.h"
 #include "normlab/optimizer.h"
 #include "normlab/trainer.h"
@@ -42,6 +45,18 @@ TEST(GpuTraining, CudaForwardMatchesCpuInFp32) {
     const torch::Tensor tokens = torch::randint(32, {2, 12}, torch::kLong);
     EXPECT_TRUE(test::close(gpu->forward(tokens.cuda()).cpu(), cpu->forward(tokens), 1e-4)) << enum_name(s);
   }
+}
+
+// At the 1.3B model's head shape in bf16, SDPA runs a fused kernel, not the unfused math path;
+// the matmul rate is positive and below any GPU's (a broken timer would give 0 or absurd).
+TEST(GpuTraining, AttentionRunsAFusedKernelAndTheMatmulRateIsPlausible) {
+  NORMLAB_REQUIRE_CUDA();
+  AttentionOptions o(2048, 16);
+  o.device(torch::Device(torch::kCUDA, 0));
+  EXPECT_THAT(attention_backend(o, 2, 2048, torch::kBFloat16), testing::AnyOf("flash", "cudnn", "efficient"));
+  const double flops = measure_matmul_flops(torch::Device(torch::kCUDA, 0), 4096, 5);
+  EXPECT_GT(flops, 1e12);
+  EXPECT_LT(flops, 1e16);
 }
 
 TEST(GpuTraining, Bf16AutocastRunCompletesWithFiniteLosses) {

@@ -18,10 +18,11 @@ TEST(Info, PaperSiameseHybrid13BHas128BParameters) {
   EXPECT_EQ(sum, p.total);
 }
 
-TEST(Info, FlopsPerTokenFollowTorchtitan) {
+TEST(Info, FlopsPerTokenCountCausalAttentionAsHalf) {
   ModelConfig m = test::tiny_config(Scheme::PreNorm);
   const ParamCounts p = count_parameters(m);
-  const double attn = 12.0 * m.n_layers * m.n_heads * m.head_dim() * 128;
+  // Forward and backward of QK^T and AV over T keys (12 L H D T), halved by the causal mask.
+  const double attn = 6.0 * m.n_layers * m.n_heads * m.head_dim() * 128;
   EXPECT_DOUBLE_EQ(flops_per_token(m, 128), 6.0 * static_cast<double>(p.total - p.embedding) + attn);
   m.tie_embeddings = true;
   EXPECT_DOUBLE_EQ(flops_per_token(m, 128), 6.0 * static_cast<double>(count_parameters(m).total) + attn);

@@ -1,6 +1,9 @@
 // The trainer end to end on a tiny model: exact resume, divergence, skipping, run-folder and
 // data errors, export round trip.
+#include <gmock/gmock.h>
+
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "normlab/checkpoint.h"
 #include "normlab/config_io.h"
@@ -75,6 +78,11 @@ TEST_F(TrainerTest, CompletesAndWritesItsOutputs) {
   EXPECT_EQ(losses(run.path.string()).size(), 8u);
   const std::string summary = read_file(run / "summary.json");
   EXPECT_NE(summary.find("\"status\": \"completed\""), std::string::npos) << summary;
+  // Throughput is total tokens over total time, and the attention kernel is named.
+  const auto j = nlohmann::json::parse(summary);
+  EXPECT_NEAR(j.at("tokens_per_s").get<double>(), static_cast<double>(s.tokens) / s.wall_seconds, 1e-6 * j.at("tokens_per_s").get<double>());
+  EXPECT_THAT(j.at("attention_backend").get<std::string>(), testing::AnyOf("flash", "math", "efficient"));
+  EXPECT_FALSE(j.contains("mfu")) << "MFU is a CUDA figure";
   EXPECT_TRUE(fs::exists(run / "checkpoints/step-00000004/model.safetensors"));
   EXPECT_TRUE(fs::exists(run / "checkpoints/step-00000008/state.json"));
   EXPECT_EQ(config_to_yaml(config_load(run / "config.yaml")), config_to_yaml(config()));

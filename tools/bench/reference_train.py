@@ -1,13 +1,17 @@
-"""The PyTorch reference trainer of issue 9's GPU benchmark (tools/bench/gpu_bench.sh): the same
-model as tools/bench/torch_train.py (every scheme, PAPER.md's update rules) trained the way a
-PyTorch user trains on one GPU: bf16 autocast, F.scaled_dot_product_attention (flash/cuDNN),
-F.rms_norm, fused AdamW, gradient clipping, optionally torch.compile of the model.
+"""The PyTorch reference trainer of the GPU benchmark (tools/bench/gpu_bench.sh): the same model
+as tools/bench/torch_train.py (every scheme, the update rules of docs/paper.md) trained the way
+a PyTorch user trains on one GPU: the model built on the device, bf16 autocast,
+F.scaled_dot_product_attention (flash/cuDNN), F.rms_norm, fused AdamW, gradient clipping,
+optionally torch.compile of the model.
 
 Usage: reference_train.py --shard SHARD.bin --scheme S --d-model D --n-layers L --n-heads H
            --d-ff F --vocab V --seq T --micro M --steps N [--warmup W] [--device cuda]
-           [--compile] [--no-bf16] [--threads K]
-Prints one line per timed step ("step <seconds>") and at the end
-"result tokens_per_s=<mean over timed steps> peak_bytes=<max allocated> loss=<last>".
+           [--compile] [--no-bf16] [--threads K] [--flops-per-token F] [--matmul-flops R]
+Prints the SDPA backend LibTorch picks ("sdpa <name>"), one line per timed step
+("step <seconds>", synchronised before the clock stops) and at the end
+"result tokens_per_s=<timed tokens / timed seconds> peak_bytes=<max allocated> loss=<last>
+sdpa=<backend>" plus, with --flops-per-token, "mfu=<over 989 TFLOP/s> mfu_measured=<over R, or
+the matmul rate measured here>".
 """
 import argparse
 import time
@@ -15,7 +19,18 @@ import time
 import numpy as np
 import torch
 
+from matmul_rate import measure
 from torch_train import LM
+
+PEAK = 989e12  # H100/H200 SXM dense bf16: the nominal MFU denominator
+SDPA_NAMES = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn", 4: "overrideable"}
+
+
+def sdpa_backend(micro, seq, heads, head_dim, dtype, dev):
+    """The kernel F.scaled_dot_product_attention dispatches to for the model's causal shape."""
+    q = torch.empty(micro, seq, heads, head_dim, dtype=dtype, device=dev).transpose(1, 2)
+    choice = torch._fused_sdp_choice(q, q, q, is_causal=True)
+    return SDPA_NAMES.get(int(choice), f"none ({int(choice)})")
 
 
 def main():
@@ -29,26 +44,32 @@ def main():
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--no-bf16", action="store_true")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--flops-per-token", type=float, default=0.0)
+    ap.add_argument("--matmul-flops", type=float, default=0.0)
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
     dev = torch.device(a.device)
+    cuda = dev.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     torch.manual_seed(0)
     tokens = np.memmap(a.shard, dtype=np.uint16, mode="r", offset=64)
-    model = LM(a.scheme, a.vocab, a.d_model, a.n_layers, a.n_heads, a.d_ff).to(dev)
+    with torch.device(dev):  # parameters are created (and initialised) on the device
+        model = LM(a.scheme, a.vocab, a.d_model, a.n_layers, a.n_heads, a.d_ff)
     step_fn = torch.compile(model) if a.compile else model
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    fused = dev.type == "cuda"
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=fused)
-    bf16 = dev.type == "cuda" and not a.no_bf16
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=cuda)
+    bf16 = cuda and not a.no_bf16
+    sdpa = sdpa_backend(a.micro, a.seq, a.n_heads, a.d_model // a.n_heads,
+                        torch.bfloat16 if bf16 else torch.float32, dev)
+    print(f"sdpa {sdpa}", flush=True)
     n_samples = (len(tokens) - 1) // a.seq
     rng = np.random.default_rng(0)
     times, loss = [], float("nan")
     for step in range(a.warmup + a.steps):
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
         idx = rng.integers(0, n_samples, a.micro)
         batch = torch.from_numpy(np.stack([tokens[i * a.seq:i * a.seq + a.seq + 1].astype(np.int64) for i in idx]))
@@ -59,14 +80,19 @@ def main():
         out.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        loss = out.item()  # synchronises, as normlab's loss readout does
+        loss = out.item()
+        sync()  # the optimizer's kernels are done before the clock stops
         dt = time.perf_counter() - t0
         if step >= a.warmup:
             times.append(dt)
             print(f"step {dt:.6f}", flush=True)
-    peak = torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else 0
+    peak = torch.cuda.max_memory_allocated(dev) if cuda else 0
     tps = a.micro * a.seq * len(times) / sum(times)
-    print(f"result tokens_per_s={tps:.1f} peak_bytes={peak} loss={loss:.4f}")
+    line = f"result tokens_per_s={tps:.1f} peak_bytes={peak} loss={loss:.4f} sdpa={sdpa}"
+    if a.flops_per_token > 0:
+        rate = a.matmul_flops if a.matmul_flops > 0 else measure(dev)
+        line += f" mfu={tps * a.flops_per_token / PEAK:.4f} mfu_measured={tps * a.flops_per_token / rate:.4f}"
+    print(line)
 
 
 if __name__ == "__main__":

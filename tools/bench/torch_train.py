@@ -26,6 +26,8 @@ class Norm(nn.Module):
 
 
 def rope(x, cos, sin):
+    # The tables in x's dtype (bf16 under autocast), so the product stays in it as normlab's does.
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     x1, x2 = x.chunk(2, dim=-1)
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
@@ -63,7 +65,7 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    """One block of any scheme; forward follows PAPER.md's update rules."""
+    """One block of any scheme; forward follows the update rules of docs/paper.md."""
 
     def __init__(self, scheme, d, h, d_ff, layer, n_layers):
         super().__init__()
@@ -136,9 +138,9 @@ class LM(nn.Module):
                                                           else [] if scheme in ("post_norm", "deep_norm") else ["z"])})
 
     def forward(self, tokens, targets):
-        T = tokens.shape[1]
-        inv = 10000.0 ** (-torch.arange(0, self.hd // 2, dtype=torch.float64) * 2 / self.hd)
-        ang = torch.outer(torch.arange(T, dtype=torch.float64), inv)
+        T, dev = tokens.shape[1], tokens.device  # the RoPE tables on the tokens' device
+        inv = 10000.0 ** (-torch.arange(0, self.hd // 2, dtype=torch.float64, device=dev) * 2 / self.hd)
+        ang = torch.outer(torch.arange(T, dtype=torch.float64, device=dev), inv)
         ang = torch.cat((ang, ang), dim=-1)
         cos, sin = ang.cos().float(), ang.sin().float()
         x = self.embed(tokens)

@@ -1,33 +1,47 @@
 #!/usr/bin/env bash
-# Issue 6's GPU check: a single-rank NCCL FSDP run of configs/1.3b/siamese_hybrid.yaml for 20
-# steps, launched by torchrun, reporting tokens/s, MFU and peak memory. Token shards come from
-# `normlab data prepare` (tools/prepare_corpus.sh's data/kjv is enough: the model's vocabulary
-# holds the tokenizer's); the content does not matter for speed.
-# Usage: tools/gpu/fsdp_1p3b.sh NORMLAB DATA_DIR [MICRO_BATCH=4] [STEPS=20] [PYTHON=python3]
-#   DATA_DIR holds shards/ and tokenizer.model. Writes runs/gpu-fsdp-1p3b (no checkpoint).
+# The FSDP check at the paper's 1.3B shape: a single-rank NCCL FSDP run of
+# configs/1.3b/siamese_hybrid.yaml (distributed.force_fsdp), started without torchrun: the
+# rendezvous variables are set here (RANK=0, WORLD_SIZE=1, LOCAL_RANK=0, MASTER_ADDR=127.0.0.1),
+# so no host name is resolved, and the communication timeout is 60 s, so a hang ends the run
+# instead of the session. Checks that every step's loss is finite and prints tokens/s (the
+# second half of the steps), MFU both ways, peak memory and the attention kernel.
+# Token shards come from `normlab data prepare` (the built-in corpus will do: the model's
+# vocabulary holds the tokenizer's); their content does not matter for speed.
+# Usage: tools/gpu/fsdp_1p3b.sh NORMLAB DATA_DIR OUT_DIR [MICRO_BATCH=4] [STEPS=20] [PYTHON=python3]
+#   DATA_DIR holds shards/ and tokenizer.model; OUT_DIR becomes the run folder (no checkpoint).
+# Env: NORMLAB_BENCH_DEVICE=cpu with NORMLAB_BENCH_SET="key=value ..." runs the same launch on
+#      the CPU at a small shape (FSDP over the one-process communicator): the dry run.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-normlab=$1 data=$2 micro=${3:-4} steps=${4:-20} python=${5:-python3}
-out=$root/runs/gpu-fsdp-1p3b
-rm -rf "$out"
-"$python" -m torch.distributed.run --no-python --standalone --nproc-per-node 1 \
-  "$normlab" train --config "$root/configs/1.3b/siamese_hybrid.yaml" --out "$out" \
-  --set "data.train=$data/shards" --set "data.tokenizer=$data/tokenizer.model" \
-  --set train.steps="$steps" --set train.micro_batch="$micro" --set train.global_batch="$micro" \
-  --set scheduler.warmup_steps=2 --set eval.every=0 --set eval.batches=1 \
-  --set checkpoint.every=0 --set checkpoint.at_end=false --set logging.every=5 \
-  --set distributed.force_fsdp=true --set distributed.backend=nccl
-"$python" - "$out" "$micro" <<'PY'
-import json, sys
-out, micro = sys.argv[1], int(sys.argv[2])
-lines = [json.loads(l) for l in open(f"{out}/metrics.jsonl")]
-s = json.load(open(f"{out}/summary.json"))
-steady = lines[len(lines) // 2:]  # the second half: past warm-up and allocator growth
-tps = sum(l["tokens_per_s"] for l in steady) / len(steady)
-log = open(f"{out}/train.log").read().splitlines()
-mfu = [l.split("mfu ")[1].split("%")[0] for l in log if "mfu " in l]
-print(f"1.3B siamese_hybrid, 1 rank FSDP over NCCL, micro-batch {micro} x 2048: "
-      f"{tps:.0f} tokens/s (mean of steps {steady[0]['step']}-{steady[-1]['step']}), "
-      f"MFU {mfu[-1] if mfu else '?'}% (last progress line), peak memory {s['peak_memory_bytes'] / 2**30:.1f} GiB, "
-      f"final loss {s['final_train_loss']:.3f}")
+normlab=$1 data=$2 run=$3 micro=${4:-4} steps=${5:-20} python=${6:-python3}
+device=${NORMLAB_BENCH_DEVICE:-cuda}
+backend=nccl
+[ "$device" = cpu ] && backend=auto
+sets=()
+for kv in ${NORMLAB_BENCH_SET:-}; do sets+=(--set "$kv"); done
+rm -rf "$run"
+RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=${MASTER_PORT:-29517} \
+  "$normlab" train --config "$root/configs/1.3b/siamese_hybrid.yaml" --out "$run" "${sets[@]}" \
+    --set "data.train=$data/shards" --set "data.tokenizer=$data/tokenizer.model" \
+    --set train.steps="$steps" --set train.micro_batch="$micro" --set train.global_batch="$micro" \
+    --set train.device="$device" --set scheduler.warmup_steps=2 --set eval.every=0 --set eval.batches=1 \
+    --set checkpoint.every=0 --set checkpoint.at_end=false --set logging.every=5 \
+    --set distributed.force_fsdp=true --set distributed.backend=$backend --set distributed.timeout_seconds=60
+"$python" - "$run" "$micro" <<'PY'
+import json, math, sys
+run, micro = sys.argv[1], int(sys.argv[2])
+rows = [json.loads(l) for l in open(f"{run}/metrics.jsonl")]
+s = json.load(open(f"{run}/summary.json"))
+losses = [r.get("loss") for r in rows]
+ok = len(rows) == s["steps_planned"] and all(l is not None and math.isfinite(l) for l in losses)
+steady = rows[len(rows) // 2:]  # the second half: past warm-up and allocator growth
+per_step = rows[-1]["tokens"] // rows[-1]["step"]
+tps = len(steady) * per_step / sum(r["step_seconds"] for r in steady)
+nan = float("nan")
+print(f"siamese_hybrid, FSDP on 1 rank, micro-batch {micro}: {len(rows)} steps, "
+      f"loss {losses[0]:.3f} -> {losses[-1]:.3f} ({'all finite' if ok else 'NOT ALL FINITE'}), "
+      f"{tps:.0f} tokens/s over steps {steady[0]['step']}-{steady[-1]['step']}, "
+      f"MFU {100 * s.get('mfu', nan):.1f} % of 989 TFLOP/s, {100 * s.get('mfu_measured', nan):.1f} % of the measured "
+      f"matmul rate, peak memory {s['peak_memory_bytes'] / 2**30:.1f} GiB, attention {s.get('attention_backend')}")
+sys.exit(0 if ok else 1)
 PY

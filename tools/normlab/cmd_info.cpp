@@ -79,7 +79,7 @@ int run_info(const InfoOptions& o) {
   }
 
   const double f = flops_per_token(m, T);
-  std::cout << "\nFLOPs per token       " << human(f, "FLOP") << "  (6N + 12 L H D T, seq_len " << T << ")\n"
+  std::cout << "\nFLOPs per token       " << human(f, "FLOP") << "  (6N + 6 L H D T, causal attention; seq_len " << T << ")\n"
             << "  per step            " << human(f * static_cast<double>(cfg.train.global_batch * T), "FLOP")
             << "  (global batch " << cfg.train.global_batch << " x " << T << " tokens)\n";
 

@@ -1,0 +1,45 @@
+"""The dense matmul rate a device reaches now, the denominator of the "measured" MFU that the
+GPU benchmark prints beside the nominal one (989 TFLOP/s, H100/H200 dense bf16). Same method
+as normlab's measure_matmul_flops (src/device.cpp): the median of timed (n x n) @ (n x n)
+products after a warm-up, synchronised; bf16 on CUDA, fp32 on the CPU.
+
+Usage: matmul_rate.py [--device cuda] [--n 8192] [--reps 10]
+Prints "matmul_flops=<FLOP/s>".
+"""
+import argparse
+import time
+
+import torch
+
+
+def measure(device, n=8192, reps=10):
+    dev = torch.device(device)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    a = torch.randn(n, n, device=dev, dtype=dtype)
+    b = torch.randn(n, n, device=dev, dtype=dtype)
+    c = torch.empty(n, n, device=dev, dtype=dtype)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    for _ in range(3):
+        torch.mm(a, b, out=c)
+    sync()
+    seconds = []
+    for _ in range(max(reps, 1)):
+        t0 = time.perf_counter()
+        torch.mm(a, b, out=c)
+        sync()
+        seconds.append(time.perf_counter() - t0)
+    seconds.sort()
+    return 2.0 * n ** 3 / seconds[len(seconds) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--n", type=int, default=8192)
+    ap.add_argument("--reps", type=int, default=10)
+    a = ap.parse_args()
+    print(f"matmul_flops={measure(a.device, a.n, a.reps):.6g}")
+
+
+if __name__ == "__main__":
+    main()
