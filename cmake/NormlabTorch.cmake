@@ -55,7 +55,7 @@ find_package(Torch REQUIRED)
 message(STATUS "normlab: LibTorch ${Torch_VERSION} from ${NORMLAB_TORCH_PREFIX}")
 
 # oneDNN's matmul is exported by LibTorch (at::native::mkldnn_matmul) but has no installed
-# header; src/fused.cpp declares it when this check compiles and links against the library
+# header; src/nn/fused.cpp declares it when this check compiles and links against the library
 # files directly (the imported targets do not carry into a check project).
 if(NOT DEFINED NORMLAB_HAVE_ONEDNN_MATMUL)
   include(CheckCXXSourceCompiles)

@@ -32,13 +32,13 @@ import sys
 # The layer order, lowest first. Equal rank = siblings: neither may include the other.
 LAYERS = {
     "util": 0,    # file I/O, safetensors, logging, names, errors
-    "nn": 1,      # norms, linear, rope, attention, mlp, init, model config, schemes, model, loss, fused ops, kernels
+    "nn": 1,      # norms, linear, rope, attention, mlp, init, schemes, model, loss, fused ops, kernels, recompute
     "data": 1,    # tokenizer, shards, loader, text input, data prepare
-    "config": 2,  # the run configuration and its YAML
+    "config": 2,  # the run configuration, its YAML, sweep grids
     "dist": 3,    # communicator, comm backends, FSDP
-    "train": 4,   # trainer, optimizer, schedule, checkpoints, activation recompute, stability
-    "eval": 5,    # evaluate, tasks, diagnostics, generate, info, export
-    "sweep": 6,   # sweeps, sweep grids, sweep reports
+    "eval": 4,    # evaluate, tasks, diagnostics, generate, info: what the trainer evaluates with
+    "train": 5,   # trainer, optimizer, schedule, checkpoints, stability, export
+    "sweep": 6,   # sweeps and their reports
 }
 
 ROOTS = ("include/normlab", "src")

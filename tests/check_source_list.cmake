@@ -2,7 +2,7 @@
 # source is forgotten (or listed after it was deleted). Run by CTest as `source_list`.
 include(${LIST_FILE})
 file(GLOB_RECURSE on_disk RELATIVE ${SRC_DIR} ${SRC_DIR}/*.cpp)
-list(REMOVE_ITEM on_disk log.cpp)   # the spdlog target's source, outside the library list
+list(REMOVE_ITEM on_disk util/log.cpp)   # the spdlog target's source, outside the library list
 list(SORT on_disk)
 set(listed ${NORMLAB_SOURCES})
 list(SORT listed)

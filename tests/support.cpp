@@ -1,7 +1,7 @@
 #include "support.h"
 
-#include "normlab/norm.h"
-#include "normlab/tokenizer.h"
+#include "normlab/data/tokenizer.h"
+#include "normlab/nn/norm.h"
 
 #include <unistd.h>
 #include <zlib.h>
@@ -40,7 +40,8 @@ ScratchDir::~ScratchDir() {
 }
 
 double max_rel_error(const torch::Tensor& a, const torch::Tensor& b) {
-  const torch::Tensor a64 = a.detach().to(torch::kDouble).cpu(), b64 = b.detach().to(torch::kDouble).cpu();
+  const torch::Tensor a64 = a.detach().to(torch::kDouble).cpu(),
+                      b64 = b.detach().to(torch::kDouble).cpu();
   const double scale = std::max(b64.abs().max().item<double>(), 1e-30);
   return (a64 - b64).abs().max().item<double>() / scale;
 }
@@ -54,13 +55,15 @@ double max_rel_error(const torch::Tensor& a, const torch::Tensor& b) {
   const double err = max_rel_error(a, b);
   if (err <= tol) return ::testing::AssertionSuccess();
   std::ostringstream s;
-  s << "relative error " << err << " > " << tol << "\n  first values: "
-    << a.detach().flatten().slice(0, 0, 5).to(torch::kDouble) << "\n  expected:     "
-    << b.detach().flatten().slice(0, 0, 5).to(torch::kDouble);
+  s << "relative error " << err << " > " << tol
+    << "\n  first values: " << a.detach().flatten().slice(0, 0, 5).to(torch::kDouble)
+    << "\n  expected:     " << b.detach().flatten().slice(0, 0, 5).to(torch::kDouble);
   return ::testing::AssertionFailure() << s.str();
 }
 
-std::string data_path(const std::string& name) { return std::string(NORMLAB_TEST_DATA_DIR) + "/" + name; }
+std::string data_path(const std::string& name) {
+  return std::string(NORMLAB_TEST_DATA_DIR) + "/" + name;
+}
 
 namespace {
 
@@ -91,8 +94,8 @@ Golden load_golden(const std::string& name) {
   c.qkv_norm = j.at("qkv_norm");
   c.siamese.depth_scale = j.at("siamese_depth_scale");
   c.siamese.input_norm = j.at("siamese_input_norm");
-  c.siamese.output_fusion =
-      enum_from_name<OutputFusion>(j.at("siamese_output_fusion").get<std::string>(), "output_fusion");
+  c.siamese.output_fusion = enum_from_name<OutputFusion>(
+      j.at("siamese_output_fusion").get<std::string>(), "output_fusion");
   c.deep_norm_alpha = optional_field<double>(j, "deep_norm_alpha");
   c.mix_ln_post_layers = optional_field<int64_t>(j, "mix_ln_post_layers");
   g.z_loss = j.at("z_loss");
@@ -109,11 +112,14 @@ std::vector<std::string> golden_names() {
 
 std::string synthetic_corpus(int docs, uint64_t seed) {
   static const char* const kWords[] = {
-      "the", "and", "of", "to", "in", "he", "that", "shall", "unto", "for", "his", "they", "be", "is", "him",
-      "not", "them", "with", "all", "thou", "thy", "was", "which", "my", "me", "said", "but", "ye", "their",
-      "have", "will", "thee", "from", "as", "are", "when", "this", "out", "were", "upon", "man", "by", "you",
-      "Israel", "king", "son", "people", "house", "day", "land", "children", "naïve", "café", "Œuvre",
-      "Straße", "日本語", "🙂", "ﬁne", "x²", "1234", "3.14", "(word)", "end.", "well,", "ok;", "\"quoted\""};
+      "the",    "and",    "of",        "to",   "in",    "he",       "that",  "shall",  "unto",
+      "for",    "his",    "they",      "be",   "is",    "him",      "not",   "them",   "with",
+      "all",    "thou",   "thy",       "was",  "which", "my",       "me",    "said",   "but",
+      "ye",     "their",  "have",      "will", "thee",  "from",     "as",    "are",    "when",
+      "this",   "out",    "were",      "upon", "man",   "by",       "you",   "Israel", "king",
+      "son",    "people", "house",     "day",  "land",  "children", "naïve", "café",   "Œuvre",
+      "Straße", "日本語", "🙂",      "ﬁne",  "x²",    "1234",     "3.14",  "(word)", "end.",
+      "well,",  "ok;",    "\"quoted\""};
   std::mt19937_64 rng(seed);
   std::string out;
   for (int d = 0; d < docs; ++d) {
@@ -167,14 +173,17 @@ double directional_derivative(const std::function<torch::Tensor()>& f, torch::Te
 }
 
 ::testing::AssertionResult add_rms_norm_matches_reference(torch::Device device, torch::ScalarType s,
-                                                          torch::ScalarType bt, int64_t rows, int64_t cols,
-                                                          double divisor, double tol) {
+                                                          torch::ScalarType bt, int64_t rows,
+                                                          int64_t cols, double divisor,
+                                                          double tol) {
   torch::manual_seed(rows * 131 + cols);
   // Inputs are rounded to their storage dtypes first, so the reference sees what the op sees.
   const torch::Tensor x0 = torch::randn({rows, cols}, torch::kDouble).to(s).to(torch::kDouble);
   const torch::Tensor b0 = torch::randn({rows, cols}, torch::kDouble).to(bt).to(torch::kDouble);
-  const torch::Tensor w0 = torch::rand({cols}, torch::kDouble).add(0.5).to(torch::kFloat).to(torch::kDouble);
-  const torch::Tensor cr = torch::randn({rows, cols}, torch::kDouble), cn = torch::randn({rows, cols}, torch::kDouble);
+  const torch::Tensor w0 =
+      torch::rand({cols}, torch::kDouble).add(0.5).to(torch::kFloat).to(torch::kDouble);
+  const torch::Tensor cr = torch::randn({rows, cols}, torch::kDouble),
+                      cn = torch::randn({rows, cols}, torch::kDouble);
   const double eps = 1e-5;
   for (int use = 0; use < 3; ++use) {  // loss on n only, on r and n, on r only
     const auto loss = [&](const torch::Tensor& r, const torch::Tensor& n) {
@@ -187,28 +196,40 @@ double directional_derivative(const std::function<torch::Tensor()>& f, torch::Te
                         wr = w0.clone().requires_grad_();
     const torch::Tensor rr = xr + br / divisor;
     const torch::Tensor nr = wr * rr * torch::rsqrt(rr.pow(2).mean(-1, true) + eps);
-    const auto gref = torch::autograd::grad({loss(rr, nr)}, {xr, br, wr}, {}, std::nullopt, false, /*allow_unused=*/true);
+    const auto gref = torch::autograd::grad({loss(rr, nr)}, {xr, br, wr}, {}, std::nullopt, false,
+                                            /*allow_unused=*/true);
 
-    const torch::Tensor x = x0.to(device, s).requires_grad_(), b = b0.to(device, bt).requires_grad_();
+    const torch::Tensor x = x0.to(device, s).requires_grad_(),
+                        b = b0.to(device, bt).requires_grad_();
     Norm norm(NormOptions(cols).eps(eps).device(device));
     norm->weight.data().copy_(w0);
     const torch::Tensor& w = norm->weight;
     const auto [r, n] = norm->add_forward(x, b, divisor);
     if (r.scalar_type() != s || n.scalar_type() != s || r.device() != device)
-      return ::testing::AssertionFailure() << "outputs " << r.scalar_type() << "/" << n.scalar_type() << " on "
-                                           << r.device() << ", expected " << s << " on " << device;
-    const auto got = torch::autograd::grad({loss(r, n)}, {x, b, w}, {}, std::nullopt, false, /*allow_unused=*/true);
+      return ::testing::AssertionFailure()
+             << "outputs " << r.scalar_type() << "/" << n.scalar_type() << " on " << r.device()
+             << ", expected " << s << " on " << device;
+    const auto got = torch::autograd::grad({loss(r, n)}, {x, b, w}, {}, std::nullopt, false,
+                                           /*allow_unused=*/true);
     const std::pair<const char*, std::pair<torch::Tensor, torch::Tensor>> checks[] = {
-        {"r", {r, rr}}, {"n", {n, nr}}, {"grad x", {got[0], gref[0]}}, {"grad b", {got[1], gref[1]}}};
+        {"r", {r, rr}},
+        {"n", {n, nr}},
+        {"grad x", {got[0], gref[0]}},
+        {"grad b", {got[1], gref[1]}}};
     for (const auto& [what, pair] : checks) {
       // b's gradient is stored in b's dtype: bf16 holds it to 8 bits.
-      const double t = bt == torch::kBFloat16 && std::string(what) == "grad b" ? std::max(tol, 1e-2) : tol;
-      const auto result = close(pair.first.detach().to(torch::kDouble).cpu(), pair.second.detach(), t);
-      if (!result) return ::testing::AssertionFailure() << what << " (loss " << use << "): " << result.message();
+      const double t =
+          bt == torch::kBFloat16 && std::string(what) == "grad b" ? std::max(tol, 1e-2) : tol;
+      const auto result =
+          close(pair.first.detach().to(torch::kDouble).cpu(), pair.second.detach(), t);
+      if (!result)
+        return ::testing::AssertionFailure()
+               << what << " (loss " << use << "): " << result.message();
     }
     if (use <= 1) {  // w only gets a gradient through n
       const auto result = close(got[2].to(torch::kDouble).cpu(), gref[2], tol);
-      if (!result) return ::testing::AssertionFailure() << "grad w (loss " << use << "): " << result.message();
+      if (!result)
+        return ::testing::AssertionFailure() << "grad w (loss " << use << "): " << result.message();
     }
   }
   return ::testing::AssertionSuccess();

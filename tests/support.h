@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "normlab/model_config.h"
-#include "normlab/safetensors.h"
+#include "normlab/nn/model_config.h"
+#include "normlab/util/safetensors.h"
 
 /// Skips the current test (cleanly, as GTEST_SKIP) where CUDA is not available.
 #define NORMLAB_REQUIRE_CUDA() \
@@ -64,11 +64,12 @@ double directional_derivative(const std::function<torch::Tensor()>& f, torch::Te
                               const torch::Tensor& v, double eps = 1e-6);
 
 /// Norm::add_forward of an RMSNorm on `device` (the fused CUDA kernels where they apply, the
-/// composition elsewhere) against an fp64 reference computed on the CPU from the formulas: r = x + b / divisor, n = w r rsqrt(mean(r^2) + eps), and the gradients of x, b
-/// and w for a loss using n only, r and n, and r only. x has dtype `s`, b dtype `bt`; inputs
-/// (rows, cols). Relative tolerance `tol` (bf16 storage needs about 1e-2).
+/// composition elsewhere) against an fp64 reference computed on the CPU from the formulas: r = x +
+/// b / divisor, n = w r rsqrt(mean(r^2) + eps), and the gradients of x, b and w for a loss using n
+/// only, r and n, and r only. x has dtype `s`, b dtype `bt`; inputs (rows, cols). Relative
+/// tolerance `tol` (bf16 storage needs about 1e-2).
 ::testing::AssertionResult add_rms_norm_matches_reference(torch::Device device, torch::ScalarType s,
-                                                          torch::ScalarType bt, int64_t rows, int64_t cols,
-                                                          double divisor, double tol);
+                                                          torch::ScalarType bt, int64_t rows,
+                                                          int64_t cols, double divisor, double tol);
 
 }  // namespace normlab::test

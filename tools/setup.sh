@@ -29,6 +29,7 @@ packages=(
   libsentencepiece-dev sentencepiece                      # tokenizer library and tools
   libgtest-dev libgmock-dev                               # tests
   clang                                                   # libFuzzer for the fuzz tests (tests/fuzz/)
+  clang-format                                            # the C++ style (tools/format.sh, CTest format)
   libcli11-dev nlohmann-json3-dev                         # CLI, JSON
   zlib1g-dev                                              # gzip input
   libopenmpi-dev openmpi-bin                              # multi-process training on CPU (mpirun)

@@ -1,9 +1,10 @@
 // Configure-time check (cmake/NormlabTorch.cmake): does this LibTorch export the oneDNN matmul
-// that src/fused.cpp declares? Compiled and linked, never run.
+// that src/nn/fused.cpp declares? Compiled and linked, never run.
 #include <ATen/ATen.h>
 
 namespace at::native {
-void mkldnn_matmul(const at::Tensor& mat1, const at::Tensor& mat2, const at::Tensor& result, float beta, float alpha);
+void mkldnn_matmul(const at::Tensor& mat1, const at::Tensor& mat2, const at::Tensor& result,
+                   float beta, float alpha);
 }
 
 int main() {

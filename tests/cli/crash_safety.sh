@@ -4,7 +4,9 @@
 #     exists), five times: every complete checkpoint still verifies, and --resume continues;
 #  2. a flipped bit in the newest checkpoint: `normlab checkpoint verify` names the file, and
 #     --resume sets it aside and resumes from the one before;
-#  3. a full disk (an 11 MB tmpfs; needs permission to mount one, else this part is skipped):
+#  3. kill -9 during an export over an existing one (a 100 MB model, five times): the export
+#     folder always holds the whole previous export, and the next export clears the leftovers;
+#  4. a full disk (an 11 MB tmpfs; needs permission to mount one, else this part is skipped):
 #     the save fails with a clear error, the previous checkpoint stays whole, no temporary
 #     folder is left, and after space is freed --resume finishes the run.
 # Usage: crash_safety.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
@@ -72,7 +74,34 @@ grep -q "resumed from .*step-00000003 at step 3" "$run/train.log" || fail "did n
 "$normlab" checkpoint verify --checkpoint "$run" > /dev/null || fail "checkpoints after the resume do not verify"
 echo "bit flip: verify named model.safetensors; resume set step 4 aside and resumed from step 3"
 
-# ---- 3. a full disk --------------------------------------------------------------------------
+# ---- 3. kill -9 during an export ------------------------------------------------------------
+run=$work/export-run
+"$normlab" train "${args[@]}" --out "$run" --set train.steps=1 --set model.d_model=512 --set model.n_layers=8 \
+  --set model.n_heads=8 --set model.d_ff=1376 > "$work/export-train.out" 2>&1 || { cat "$work/export-train.out"; fail "train"; }
+out=$work/export
+"$normlab" export --checkpoint "$run" --out "$out" > "$work/export1.out" 2>&1 || { cat "$work/export1.out"; fail "export"; }
+md5=$(md5sum < "$out/model.safetensors")
+cfg_md5=$(md5sum < "$out/config.json")
+mid_export=0
+for round in 1 2 3 4 5; do
+  "$normlab" export --checkpoint "$run" --out "$out" > "$work/export-kill$round.out" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 200000); do
+    if compgen -G "$out.tmp-*/model.safetensors" > /dev/null; then kill -9 "$pid"; break; fi
+    kill -0 "$pid" 2>/dev/null || break
+  done
+  wait "$pid" 2>/dev/null || true
+  compgen -G "$out.tmp-*" > /dev/null && mid_export=$((mid_export + 1))
+  [ "$(md5sum < "$out/model.safetensors")" = "$md5" ] && [ "$(md5sum < "$out/config.json")" = "$cfg_md5" ] \
+    || fail "round $round: the export folder is not the whole previous export after kill -9"
+done
+[ $mid_export -ge 1 ] || fail "no kill landed during an export write (0 of 5)"
+"$normlab" export --checkpoint "$run" --out "$out" > "$work/export2.out" 2>&1 || { cat "$work/export2.out"; fail "export after the kills"; }
+! compgen -G "$out.tmp-*" > /dev/null || fail "the next export left the killed ones' temporary folders"
+[ "$(md5sum < "$out/model.safetensors")" = "$md5" ] || fail "the new export differs from the first"
+echo "export: $mid_export of 5 kills during an export write; the previous export stayed whole each time"
+
+# ---- 4. a full disk --------------------------------------------------------------------------
 full=$work/full
 mkdir -p "$full"
 if ! mount -t tmpfs -o size=11m tmpfs "$full" 2>/dev/null; then

@@ -1,4 +1,4 @@
-#include <normlab/device.h>
+#include <normlab/util/device.h>
 #include <normlab/version.h>
 #include <torch/torch.h>
 

@@ -11,14 +11,15 @@
 #include <string>
 #include <vector>
 
-#include "normlab/config_io.h"
-#include "normlab/file_io.h"
+#include "normlab/config/config_io.h"
+#include "normlab/util/file_io.h"
 
 namespace {
 
 std::string scratch_file() {
   const char* dir = std::getenv("TMPDIR");
-  return std::string(dir && *dir ? dir : "/tmp") + "/normlab-fuzz-config-" + std::to_string(::getpid()) + ".yaml";
+  return std::string(dir && *dir ? dir : "/tmp") + "/normlab-fuzz-config-" +
+         std::to_string(::getpid()) + ".yaml";
 }
 
 }  // namespace
@@ -45,11 +46,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     again = config_to_yaml(config_load(path));
   } catch (const ConfigError& e) {
-    std::fprintf(stderr, "resolved config does not load back: %s\n%s\n", e.what(), resolved.c_str());
+    std::fprintf(stderr, "resolved config does not load back: %s\n%s\n", e.what(),
+                 resolved.c_str());
     std::abort();
   }
   if (again != resolved) {
-    std::fprintf(stderr, "resolved config changes on reload:\n%s\n---\n%s\n", resolved.c_str(), again.c_str());
+    std::fprintf(stderr, "resolved config changes on reload:\n%s\n---\n%s\n", resolved.c_str(),
+                 again.c_str());
     std::abort();
   }
   return 0;

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "normlab/safetensors_format.h"
+#include "normlab/util/safetensors_format.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace normlab;
@@ -27,9 +27,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (d < 0) std::abort();
       numel *= static_cast<uint64_t>(d);
     }
-    if (e.end < e.begin || numel * e.item_bytes != e.end - e.begin || e.end > size - layout.data_start) std::abort();
+    if (e.end < e.begin || numel * e.item_bytes != e.end - e.begin ||
+        e.end > size - layout.data_start)
+      std::abort();
     covered += e.end - e.begin;
-    copy.assign(bytes + layout.data_start + e.begin, bytes + layout.data_start + e.end);  // what a load copies
+    copy.assign(bytes + layout.data_start + e.begin,
+                bytes + layout.data_start + e.end);  // what a load copies
   }
   if (covered != size - layout.data_start) std::abort();
   return 0;

@@ -6,15 +6,17 @@
 #include <cstdlib>
 #include <string>
 
-#include "normlab/file_io.h"
-#include "normlab/shard.h"
+#include "normlab/data/shard.h"
+#include "normlab/util/file_io.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace normlab;
   const char* bytes = reinterpret_cast<const char*>(data);
   try {
     const ShardHeader h = shard_header_parse(bytes, size, "<fuzz input>");
-    if ((h.token_bytes != 2 && h.token_bytes != 4) || kShardHeaderBytes + h.tokens * h.token_bytes != size) std::abort();
+    if ((h.token_bytes != 2 && h.token_bytes != 4) ||
+        kShardHeaderBytes + h.tokens * h.token_bytes != size)
+      std::abort();
     (void)crc32_of(bytes + kShardHeaderBytes, size - kShardHeaderBytes);  // what verify() reads
   } catch (const ShardError&) {
   }

@@ -44,7 +44,8 @@ int main(int argc, char** argv) {
   }
   for (const fs::path& f : files) {
     std::ifstream in(f, std::ios::binary);
-    const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                                  std::istreambuf_iterator<char>());
     run(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());  // aborts on a finding
   }
   std::printf("%s: %zu inputs replayed, no finding\n", target.c_str(), files.size());

@@ -3,14 +3,14 @@
 #include <gmock/gmock.h>
 #include <torch/torch.h>
 
-#include "normlab/attention.h"
-#include "normlab/autocast.h"
-#include "normlab/config_io.h"
-#include "normlab/data_prepare.h"
-#include "normlab/device.h"
-#include "normlab/model.h"
-#include "normlab/optimizer.h"
-#include "normlab/trainer.h"
+#include "normlab/config/config_io.h"
+#include "normlab/data/data_prepare.h"
+#include "normlab/nn/attention.h"
+#include "normlab/nn/autocast.h"
+#include "normlab/nn/model.h"
+#include "normlab/train/optimizer.h"
+#include "normlab/train/trainer.h"
+#include "normlab/util/device.h"
 #include "support.h"
 
 using namespace normlab;
@@ -43,7 +43,8 @@ TEST(GpuTraining, CudaForwardMatchesCpuInFp32) {
     for (auto& p : gpu->named_parameters()) p.value().copy_(cpu->named_parameters()[p.key()]);
     gpu->to(torch::kCUDA);
     const torch::Tensor tokens = torch::randint(32, {2, 12}, torch::kLong);
-    EXPECT_TRUE(test::close(gpu->forward(tokens.cuda()).cpu(), cpu->forward(tokens), 1e-4)) << enum_name(s);
+    EXPECT_TRUE(test::close(gpu->forward(tokens.cuda()).cpu(), cpu->forward(tokens), 1e-4))
+        << enum_name(s);
   }
 }
 
@@ -53,7 +54,8 @@ TEST(GpuTraining, AttentionRunsAFusedKernelAndTheMatmulRateIsPlausible) {
   NORMLAB_REQUIRE_CUDA();
   AttentionOptions o(2048, 16);
   o.device(torch::Device(torch::kCUDA, 0));
-  EXPECT_THAT(attention_backend(o, 2, 2048, torch::kBFloat16), testing::AnyOf("flash", "cudnn", "efficient"));
+  EXPECT_THAT(attention_backend(o, 2, 2048, torch::kBFloat16),
+              testing::AnyOf("flash", "cudnn", "efficient"));
   const double flops = measure_matmul_flops(torch::Device(torch::kCUDA, 0), 4096, 5);
   EXPECT_GT(flops, 1e12);
   EXPECT_LT(flops, 1e16);
@@ -70,13 +72,13 @@ TEST(GpuTraining, Bf16AutocastRunCompletesWithFiniteLosses) {
   p.val_fraction = 0.1;
   data_prepare(p);
   const RunConfig cfg = config_load(
-      "", {"model.scheme=siamese_hybrid", "model.vocab_size=400", "model.d_model=64", "model.n_layers=2",
-           "model.n_heads=4", "model.d_ff=128", "data.train=" + dir / "shards", "data.seq_len=32", "train.steps=6",
-           "train.global_batch=8", "train.micro_batch=4", "train.device=cuda", "train.precision=bf16",
-           "eval.every=3", "eval.batches=2"});
+      "", {"model.scheme=siamese_hybrid", "model.vocab_size=400", "model.d_model=64",
+           "model.n_layers=2", "model.n_heads=4", "model.d_ff=128", "data.train=" + dir / "shards",
+           "data.seq_len=32", "train.steps=6", "train.global_batch=8", "train.micro_batch=4",
+           "train.device=cuda", "train.precision=bf16", "eval.every=3", "eval.batches=2"});
   TrainOptions o;
   o.run_dir = dir / "run";
-  const TrainSummary s = train(cfg, o);
+  const RunSummary s = train(cfg, o);
   EXPECT_EQ(s.status, RunStatus::Completed);
   EXPECT_TRUE(std::isfinite(s.final_train_loss));
   EXPECT_GT(s.final_val_loss, 0.0);
@@ -100,8 +102,10 @@ TEST(GpuTraining, ChunkedLossMatchesThePlainOneUnderBf16Autocast) {
     }
     out.loss.backward();
     losses[chunked] = out.loss.item<double>();
-    for (const auto& p : model->named_parameters()) grads[chunked][p.key()] = p.value().grad().cpu();
+    for (const auto& p : model->named_parameters())
+      grads[chunked][p.key()] = p.value().grad().cpu();
   }
   EXPECT_NEAR(losses[1], losses[0], 1e-3 * losses[0]);
-  for (const auto& [name, g] : grads[0]) EXPECT_TRUE(test::close(grads[1].at(name), g, 3e-2)) << name;
+  for (const auto& [name, g] : grads[0])
+    EXPECT_TRUE(test::close(grads[1].at(name), g, 3e-2)) << name;
 }

@@ -3,12 +3,12 @@
 // whole-document encoding of every chapter, and a 1-thread run without the cache.
 #include <cstdlib>
 
-#include "normlab/data_prepare.h"
-#include "normlab/file_io.h"
-#include "normlab/loader.h"
-#include "normlab/shard.h"
-#include "normlab/text_input.h"
-#include "normlab/tokenizer.h"
+#include "normlab/data/data_prepare.h"
+#include "normlab/data/loader.h"
+#include "normlab/data/shard.h"
+#include "normlab/data/text_input.h"
+#include "normlab/data/tokenizer.h"
+#include "normlab/util/file_io.h"
 #include "support.h"
 
 using namespace normlab;

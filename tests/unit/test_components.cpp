@@ -1,10 +1,10 @@
 // The shared components against their formulas: norms, RoPE, attention, SwiGLU, init.
-#include "normlab/attention.h"
-#include "normlab/init.h"
-#include "normlab/mlp.h"
-#include "normlab/model.h"
-#include "normlab/norm.h"
-#include "normlab/rope.h"
+#include "normlab/nn/attention.h"
+#include "normlab/nn/init.h"
+#include "normlab/nn/mlp.h"
+#include "normlab/nn/model.h"
+#include "normlab/nn/norm.h"
+#include "normlab/nn/rope.h"
 #include "support.h"
 
 using namespace normlab;
@@ -37,7 +37,8 @@ TEST(Norm, GainIsOptionalAndReducedPrecisionIsNormalisedInFp32) {
   const torch::Tensor y = plain(x.to(torch::kBFloat16));
   EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
   // The bf16 result is the fp32 result rounded once (not a bf16 reduction).
-  EXPECT_TRUE(torch::equal(y, plain(x.to(torch::kBFloat16).to(torch::kFloat)).to(torch::kBFloat16)));
+  EXPECT_TRUE(
+      torch::equal(y, plain(x.to(torch::kBFloat16).to(torch::kFloat)).to(torch::kBFloat16)));
 }
 
 TEST(Rope, RotateHalfFormAndRelativePositions) {
@@ -70,11 +71,13 @@ TEST(Attention, GroupedQueryMatchesExplicitSoftmaxAttention) {
   const auto parts = torch::linear(x, a->qkv->weight).split({H * D, Hk * D, Hk * D}, -1);
   const RopeTables t = rope_tables(T, D, 10000.0, torch::kCPU, torch::kDouble);
   const torch::Tensor q = rope_apply(parts[0].view({B, T, H, D}), t).transpose(1, 2);
-  const torch::Tensor k = rope_apply(parts[1].view({B, T, Hk, D}), t).transpose(1, 2).repeat_interleave(H / Hk, 1);
+  const torch::Tensor k =
+      rope_apply(parts[1].view({B, T, Hk, D}), t).transpose(1, 2).repeat_interleave(H / Hk, 1);
   const torch::Tensor v = parts[2].view({B, T, Hk, D}).transpose(1, 2).repeat_interleave(H / Hk, 1);
   torch::Tensor s = torch::matmul(q, k.transpose(-1, -2)) / std::sqrt(double(D));
   s = s.masked_fill(torch::ones({T, T}, torch::kBool).triu(1), -INFINITY);
-  const torch::Tensor y = torch::matmul(torch::softmax(s, -1), v).transpose(1, 2).reshape({B, T, H * D});
+  const torch::Tensor y =
+      torch::matmul(torch::softmax(s, -1), v).transpose(1, 2).reshape({B, T, H * D});
   EXPECT_TRUE(close(a(x), torch::linear(y, a->out->weight), 1e-12));
 }
 
@@ -85,7 +88,8 @@ TEST(Mlp, SwiGluTakesValueThenGateHalves) {
   for (auto& p : m->parameters()) p.normal_();
   const torch::Tensor x = torch::randn({2, 4});
   const torch::Tensor u = torch::linear(x, m->up->weight);
-  const torch::Tensor expected = torch::linear(torch::silu(u.narrow(-1, 3, 3)) * u.narrow(-1, 0, 3), m->down->weight);
+  const torch::Tensor expected =
+      torch::linear(torch::silu(u.narrow(-1, 3, 3)) * u.narrow(-1, 0, 3), m->down->weight);
   EXPECT_TRUE(close(m(x), expected, 1e-6));
 }
 
@@ -108,7 +112,9 @@ TEST(Init, MitchellStdsFollowPaperSection3) {
   cfg.vocab_size = 512;
   torch::manual_seed(5);
   DecoderLM m(cfg);
-  auto std_of = [&](const std::string& n) { return m->named_parameters()[n].std().item<double>() / 0.9866; };
+  auto std_of = [&](const std::string& n) {
+    return m->named_parameters()[n].std().item<double>() / 0.9866;
+  };
   const double d = 64, dff = 256;
   EXPECT_NEAR(std_of("embed.weight"), 1 / std::sqrt(d), 0.05 / std::sqrt(d));
   EXPECT_NEAR(std_of("head.weight"), 1 / std::sqrt(d), 0.05 / std::sqrt(d));
@@ -125,7 +131,7 @@ TEST(Init, MitchellStdsFollowPaperSection3) {
 
 TEST(Init, MegatronScalesOnlyTheOutputProjections) {
   ModelConfig cfg = test::tiny_config(Scheme::PreNorm);
-  cfg.init = InitScheme::Megatron;
+  cfg.init = InitMethod::Megatron;
   cfg.init_std = 0.02;
   cfg.n_layers = 8;
   const BranchStds s = branch_stds(cfg, 5);
@@ -133,7 +139,7 @@ TEST(Init, MegatronScalesOnlyTheOutputProjections) {
   EXPECT_DOUBLE_EQ(s.mlp_up, 0.02);
   EXPECT_DOUBLE_EQ(s.attn_out, 0.02 / 4.0);
   EXPECT_DOUBLE_EQ(s.mlp_down, 0.02 / 4.0);
-  cfg.init = InitScheme::Normal;
+  cfg.init = InitMethod::Normal;
   EXPECT_DOUBLE_EQ(branch_stds(cfg, 5).attn_out, 0.02);
 }
 
@@ -152,11 +158,15 @@ TEST(Init, DeepNormConstantsAndBetaScaling) {
   torch::manual_seed(6);
   DecoderLM p(pre);  // same construction order: same draws before scaling
   const int64_t qk = (cfg.n_heads + cfg.kv_heads()) * cfg.head_dim();
-  auto w = [](DecoderLM& m, const char* n) { return m->named_parameters()[std::string("blocks.3.") + n]; };
+  auto w = [](DecoderLM& m, const char* n) {
+    return m->named_parameters()[std::string("blocks.3.") + n];
+  };
   const double beta = cfg.deep_beta();
-  EXPECT_TRUE(torch::allclose(w(d, "attn.qkv.weight").narrow(0, 0, qk), w(p, "attn.qkv.weight").narrow(0, 0, qk)));
-  EXPECT_TRUE(torch::allclose(w(d, "attn.qkv.weight").narrow(0, qk, cfg.kv_heads() * cfg.head_dim()),
-                              beta * w(p, "attn.qkv.weight").narrow(0, qk, cfg.kv_heads() * cfg.head_dim())));
+  EXPECT_TRUE(torch::allclose(w(d, "attn.qkv.weight").narrow(0, 0, qk),
+                              w(p, "attn.qkv.weight").narrow(0, 0, qk)));
+  EXPECT_TRUE(torch::allclose(
+      w(d, "attn.qkv.weight").narrow(0, qk, cfg.kv_heads() * cfg.head_dim()),
+      beta * w(p, "attn.qkv.weight").narrow(0, qk, cfg.kv_heads() * cfg.head_dim())));
   for (const char* n : {"attn.out.weight", "mlp.up.weight", "mlp.down.weight"})
     EXPECT_TRUE(torch::allclose(w(d, n), beta * w(p, n))) << n;
 }

@@ -3,8 +3,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "normlab/config_io.h"
-#include "normlab/file_io.h"
+#include "normlab/config/config_io.h"
+#include "normlab/util/file_io.h"
 #include "support.h"
 
 using namespace normlab;
@@ -33,11 +33,14 @@ TEST(Config, DefaultsAreValid) {
 
 TEST(Config, BaseFilesMergeAndOverridesApplyInOrder) {
   test::ScratchDir dir("cfg");
-  write(dir / "base.yaml", "model:\n  d_model: 64\n  n_heads: 4\n  n_layers: 3\noptimizer:\n  lr: 0.01\n");
-  write(dir / "run.yaml", "base: base.yaml\nmodel:\n  n_layers: 5\n  siamese:\n    input_norm: false\n");
-  const RunConfig c = config_load(dir / "run.yaml", {"optimizer.lr=2e-3", "model.scheme=siamese", "optimizer.lr=4e-4"});
-  EXPECT_EQ(c.model.d_model, 64);    // from the base
-  EXPECT_EQ(c.model.n_layers, 5);    // the file over its base
+  write(dir / "base.yaml",
+        "model:\n  d_model: 64\n  n_heads: 4\n  n_layers: 3\noptimizer:\n  lr: 0.01\n");
+  write(dir / "run.yaml",
+        "base: base.yaml\nmodel:\n  n_layers: 5\n  siamese:\n    input_norm: false\n");
+  const RunConfig c = config_load(
+      dir / "run.yaml", {"optimizer.lr=2e-3", "model.scheme=siamese", "optimizer.lr=4e-4"});
+  EXPECT_EQ(c.model.d_model, 64);  // from the base
+  EXPECT_EQ(c.model.n_layers, 5);  // the file over its base
   EXPECT_FALSE(c.model.siamese.input_norm);
   EXPECT_TRUE(c.model.siamese.depth_scale);  // untouched default inside a set section
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 4e-4);    // the last override wins
@@ -53,9 +56,10 @@ TEST(Config, OptionalKeysTakeNullForTheirDefault) {
 
 TEST(Config, ResolvedYamlReloadsToTheSameConfig) {
   test::ScratchDir dir("cfg");
-  const RunConfig a = config_load("", {"model.scheme=siamese_hybrid", "optimizer.lr=0.0007",
-                                       "model.siamese.output_fusion=paper", "data.train=a b/c",
-                                       "model.mix_ln_post_layers=2", "train.seed=18446744073709551615"});
+  const RunConfig a =
+      config_load("", {"model.scheme=siamese_hybrid", "optimizer.lr=0.0007",
+                       "model.siamese.output_fusion=paper", "data.train=a b/c",
+                       "model.mix_ln_post_layers=2", "train.seed=18446744073709551615"});
   const std::string text = config_to_yaml(a);
   write(dir / "resolved.yaml", text);
   const RunConfig b = config_load(dir / "resolved.yaml");
@@ -97,15 +101,24 @@ TEST(Config, RejectsBadInputNamingTheSourceAndKey) {
       {"invalid.yaml", {}, "model.d_model = 100: must be divisible by model.n_heads (16)"},
       {"yaml.yaml", {}, "yaml.yaml: invalid YAML"},
       {"cycle.yaml", {}, "cycle?"},
-      {"batch.yaml", {}, "train.global_batch = 10: must be a positive multiple of train.micro_batch (4)"},
+      {"batch.yaml",
+       {},
+       "train.global_batch = 10: must be a positive multiple of train.micro_batch (4)"},
       {"lr.yaml", {}, "optimizer.lr = -1: must be positive"},
       {"from_base.yaml", {}, "typo.yaml: model.d_modle: unknown key"},
       {"missing.yaml", {}, "missing.yaml: config file not found"},
       {"", {"model.n_heads=x"}, "--set model.n_heads=x: model.n_heads: expected an integer"},
       {"", {"model"}, "--set model: expected section.key=value"},
-      {"", {"train.stepz=3"}, "--set train.stepz=3: train.stepz: unknown key (did you mean 'train.steps'?)"},
-      {"", {"optimizer.lr.x=3"}, "--set optimizer.lr.x=3: optimizer.lr: expected a number, got a map"},
-      {"", {"zz.yy=1"}, "zz: unknown key (valid keys here: model, data, optimizer, scheduler, train, eval, diagnostics, checkpoint, logging, distributed)"},
+      {"",
+       {"train.stepz=3"},
+       "--set train.stepz=3: train.stepz: unknown key (did you mean 'train.steps'?)"},
+      {"",
+       {"optimizer.lr.x=3"},
+       "--set optimizer.lr.x=3: optimizer.lr: expected a number, got a map"},
+      {"",
+       {"zz.yy=1"},
+       "zz: unknown key (valid keys here: model, data, optimizer, scheduler, train, eval, "
+       "diagnostics, checkpoint, logging, distributed)"},
   };
   for (const Case& c : cases) {
     const std::string err = error_of(c.file.empty() ? "" : dir / c.file, c.overrides);
@@ -117,7 +130,8 @@ TEST(Config, ShippedConfigsLoad) {
   for (const char* f : {"configs/tiny/lm.yaml", "configs/small/lm.yaml", "configs/1.3b/base.yaml"})
     EXPECT_NO_THROW(config_load(std::string(NORMLAB_SOURCE_DIR) + "/" + f)) << f;
   for (Scheme s : enum_values<Scheme>()) {
-    const RunConfig c = config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/1.3b/" + std::string(enum_name(s)) + ".yaml");
+    const RunConfig c = config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/1.3b/" +
+                                    std::string(enum_name(s)) + ".yaml");
     EXPECT_EQ(c.model.scheme, s);
     EXPECT_EQ(c.model.d_model, 2048);
     EXPECT_EQ(c.scheduler.warmup_steps, 2000);
@@ -129,5 +143,6 @@ TEST(Config, ShippedConfigsLoad) {
 TEST(Config, DocsListEveryKeyWithItsDefault) {
   const std::string docs = read_file(std::string(NORMLAB_SOURCE_DIR) + "/docs/config.md");
   EXPECT_NE(docs.find(config_reference_markdown()), std::string::npos)
-      << "docs/config.md is out of date; its table must be:\n" << config_reference_markdown();
+      << "docs/config.md is out of date; its table must be:\n"
+      << config_reference_markdown();
 }

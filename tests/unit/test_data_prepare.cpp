@@ -2,12 +2,12 @@
 // formats, and every kind of bad input rejected with the file named and nothing left behind.
 #include <fstream>
 
-#include "normlab/data_prepare.h"
-#include "normlab/file_io.h"
-#include "normlab/loader.h"
-#include "normlab/shard.h"
-#include "normlab/text_input.h"
-#include "normlab/tokenizer.h"
+#include "normlab/data/data_prepare.h"
+#include "normlab/data/loader.h"
+#include "normlab/data/shard.h"
+#include "normlab/data/text_input.h"
+#include "normlab/data/tokenizer.h"
+#include "normlab/util/file_io.h"
 #include "support.h"
 
 using namespace normlab;
@@ -15,7 +15,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-PrepareOptions options(const std::vector<std::string>& inputs, const std::string& out, int threads = 2) {
+PrepareOptions options(const std::vector<std::string>& inputs, const std::string& out,
+                       int threads = 2) {
   PrepareOptions o;
   o.tokenizer = test::test_tokenizer_path();
   o.inputs = inputs;
@@ -40,7 +41,8 @@ std::vector<int64_t> split_tokens(const std::string& dir, const std::string& spl
 }
 
 // What the shards must hold: each document encoded whole, followed by EOS, in input order.
-std::vector<int64_t> expected_tokens(const std::vector<std::string>& docs, bool val, double fraction) {
+std::vector<int64_t> expected_tokens(const std::vector<std::string>& docs, bool val,
+                                     double fraction) {
   const Tokenizer tok(test::test_tokenizer_path());
   std::vector<int64_t> out;
   for (const auto& d : docs) {
@@ -108,7 +110,9 @@ TEST(DataPrepare, WordCacheChangesNothing) {
   o.word_cache = false;
   EXPECT_FALSE(data_prepare(o).word_cache);
   for (const char* f : {"train-00000.bin", "val-00000.bin"})
-    EXPECT_EQ(read_file(dir / (std::string("cached/") + f)), read_file(dir / (std::string("whole/") + f))) << f;
+    EXPECT_EQ(read_file(dir / (std::string("cached/") + f)),
+              read_file(dir / (std::string("whole/") + f)))
+        << f;
 }
 
 TEST(DataPrepare, OutputIsByteIdenticalForAnyThreadCount) {
@@ -117,10 +121,12 @@ TEST(DataPrepare, OutputIsByteIdenticalForAnyThreadCount) {
   std::string big;
   for (int i = 0; i < 12; ++i) big += test::synthetic_corpus(400, 10 + i) + "\n";
   test::write_text(dir / "big.txt", big);
-  for (int t : {1, 2, 3, 5}) data_prepare(options({dir / "big.txt"}, dir / ("t" + std::to_string(t)), t));
+  for (int t : {1, 2, 3, 5})
+    data_prepare(options({dir / "big.txt"}, dir / ("t" + std::to_string(t)), t));
   for (const auto& e : fs::directory_iterator(dir / "t1")) {
     for (int t : {2, 3, 5}) {
-      EXPECT_EQ(read_file(e.path().string()), read_file(dir / ("t" + std::to_string(t) + "/" + e.path().filename().string())))
+      EXPECT_EQ(read_file(e.path().string()),
+                read_file(dir / ("t" + std::to_string(t) + "/" + e.path().filename().string())))
           << e.path().filename() << " with " << t << " threads";
     }
   }
@@ -128,7 +134,9 @@ TEST(DataPrepare, OutputIsByteIdenticalForAnyThreadCount) {
 
 TEST(DataPrepare, ReadsJsonlWithAConfigurableField) {
   test::ScratchDir dir("prep");
-  test::write_text(dir / "d.jsonl.gz", "{\"body\": \"first document\\nwith two lines\", \"id\": 1}\n\n{\"body\": \"second ünï\"}\n");
+  test::write_text(
+      dir / "d.jsonl.gz",
+      "{\"body\": \"first document\\nwith two lines\", \"id\": 1}\n\n{\"body\": \"second ünï\"}\n");
   PrepareOptions o = options({dir / "*.jsonl.gz"}, dir / "out");
   o.text_field = "body";
   o.val_fraction = 0.0;
@@ -230,7 +238,9 @@ TEST(Shards, VocabularyMustFitTheModelAndTheTokenizerMatch) {
     check_vocabulary(idx, dir / "out", 256, "");
     FAIL();
   } catch (const ShardError& e) {
-    EXPECT_NE(std::string(e.what()).find("400 pieces, more than model.vocab_size = 256"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("400 pieces, more than model.vocab_size = 256"),
+              std::string::npos)
+        << e.what();
   }
   // Another tokenizer: same vocabulary size, different model.
   test::write_text(dir / "other.txt", test::synthetic_corpus(300, 11));

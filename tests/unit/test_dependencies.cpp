@@ -12,15 +12,16 @@
 #include <fstream>
 #include <sstream>
 
-#include "normlab/log.h"
+#include "normlab/util/error.h"
+#include "normlab/util/log.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
 fs::path fresh_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() /
-                 ("normlab_test_" + name + "_" + std::to_string(::getpid()));
+  fs::path dir =
+      fs::temp_directory_path() / ("normlab_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -71,7 +72,7 @@ TEST(Dependencies, SpdlogLogsBesideTorchOps) {
 
 TEST(Dependencies, LogLevelNamesAreValidated) {
   EXPECT_EQ(normlab::log_level_from_string("warn"), normlab::LogLevel::Warn);
-  EXPECT_THROW(normlab::log_level_from_string("loud"), std::invalid_argument);
+  EXPECT_THROW(normlab::log_level_from_string("loud"), normlab::ConfigError);
 }
 
 TEST(Dependencies, SentencePieceTrainsAndEncodesBesideTorch) {

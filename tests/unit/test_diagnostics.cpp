@@ -2,8 +2,8 @@
 // with depth, an identity block changes nothing and costs nothing when pruned, hand-set gains
 // come back as set, a planted activation is found where it was planted, the logit lens of
 // Pre-Norm's last layer is the model itself, and the gradients equal autograd's.
-#include "normlab/diagnostics.h"
-#include "normlab/weights.h"
+#include "normlab/eval/diagnostics.h"
+#include "normlab/nn/weights.h"
 #include "support.h"
 
 using namespace normlab;
@@ -48,7 +48,7 @@ TEST(Diagnostics, PreNormStreamGrowsWithDepth) {
   const DiagnosticsReport r = run_diagnostics(*m, d.inputs, d.targets, {});
   ASSERT_EQ(r.rms.size(), 1u);  // one stream
   const auto& rms = r.rms[0].values;
-  ASSERT_EQ(rms.size(), 7u);    // entry + 6 blocks
+  ASSERT_EQ(rms.size(), 7u);  // entry + 6 blocks
   for (size_t i = 1; i < rms.size(); ++i) EXPECT_GT(rms[i], rms[i - 1]) << "layer " << i - 1;
   // The same numbers as computing them by hand from the probe.
   std::vector<torch::Tensor> xs;
@@ -57,7 +57,8 @@ TEST(Diagnostics, PreNormStreamGrowsWithDepth) {
   });
   for (size_t i = 0; i < xs.size(); ++i) {
     EXPECT_NEAR(rms[i], xs[i].to(torch::kDouble).pow(2).mean().sqrt().item<double>(), 1e-9);
-    EXPECT_NEAR(r.l2[0].values[i], xs[i].to(torch::kDouble).norm(2, {-1}).mean().item<double>(), 1e-9);
+    EXPECT_NEAR(r.l2[0].values[i], xs[i].to(torch::kDouble).norm(2, {-1}).mean().item<double>(),
+                1e-9);
   }
 }
 
@@ -73,7 +74,8 @@ TEST(Diagnostics, AnIdentityBlockChangesNothingAndPrunesForFree) {
   ASSERT_EQ(r.pruning.size(), 4u);
   ASSERT_TRUE(r.pruning_base.has_value());
   EXPECT_EQ(r.pruning[2], *r.pruning_base);  // skipping the identity changes nothing
-  for (int l : {0, 1, 3}) EXPECT_NE(r.pruning[static_cast<size_t>(l)], *r.pruning_base) << "block " << l;
+  for (int l : {0, 1, 3})
+    EXPECT_NE(r.pruning[static_cast<size_t>(l)], *r.pruning_base) << "block " << l;
   // The gradient passes the identity block unchanged.
   const auto& g = r.stream_grad[0].values;
   EXPECT_NEAR(g[2], g[3], 1e-6 * g[3]);
@@ -92,8 +94,10 @@ TEST(Diagnostics, GradientsAreAutogradsAndLeaveTheParametersAlone) {
     before[p.key()] = p.value().grad().clone();
     for (int l = 0; l < 3; ++l) {
       const std::string b = "blocks." + std::to_string(l) + ".";
-      if (p.key().rfind(b + "attn.", 0) == 0) attn[static_cast<size_t>(l)] += p.value().grad().pow(2).sum().item<double>();
-      if (p.key().rfind(b + "mlp.", 0) == 0) mlp[static_cast<size_t>(l)] += p.value().grad().pow(2).sum().item<double>();
+      if (p.key().rfind(b + "attn.", 0) == 0)
+        attn[static_cast<size_t>(l)] += p.value().grad().pow(2).sum().item<double>();
+      if (p.key().rfind(b + "mlp.", 0) == 0)
+        mlp[static_cast<size_t>(l)] += p.value().grad().pow(2).sum().item<double>();
     }
   }
   m->train();
@@ -143,7 +147,8 @@ TEST(Diagnostics, HandSetGainsComeBackAsSet) {
   }
   DecoderLM pre = model_of(Scheme::PreNorm, 2);
   const Data d = batch();
-  EXPECT_TRUE(run_diagnostics(*pre, d.inputs, d.targets, {}).gains.empty());  // no shared two-stream branches
+  EXPECT_TRUE(run_diagnostics(*pre, d.inputs, d.targets, {})
+                  .gains.empty());  // no shared two-stream branches
 }
 
 TEST(Diagnostics, PlantedMassiveActivationIsFoundWhereItWasPlanted) {
@@ -198,8 +203,9 @@ TEST(Diagnostics, JsonLineHoldsEverySection) {
   DiagnosticsReport r = run_diagnostics(*m, d.inputs, d.targets, o);
   r.step = 40;
   const std::string j = diagnostics_json(r);
-  for (const char* key : {"\"step\":40", "\"rms\":{\"x\":[", "\"y\":[", "\"l2\"", "\"stream_grad\"", "\"attn_grad\"",
-                          "\"mlp_grad\"", "\"gains\"", "\"lens\"", "\"massive\"", "\"pruning_base\"", "\"pruning\":["})
+  for (const char* key : {"\"step\":40", "\"rms\":{\"x\":[", "\"y\":[", "\"l2\"", "\"stream_grad\"",
+                          "\"attn_grad\"", "\"mlp_grad\"", "\"gains\"", "\"lens\"", "\"massive\"",
+                          "\"pruning_base\"", "\"pruning\":["})
     EXPECT_NE(j.find(key), std::string::npos) << key << " in " << j.substr(0, 300);
   EXPECT_EQ(j.find('\n'), std::string::npos);
 }

@@ -1,9 +1,9 @@
 // The paper's structural facts (docs/paper.md, Structural facts) and the reductions between
 // schemes, each checked on the same weights in float64.
-#include "normlab/attention.h"
-#include "normlab/mlp.h"
-#include "normlab/model.h"
-#include "normlab/weights.h"
+#include "normlab/nn/attention.h"
+#include "normlab/nn/mlp.h"
+#include "normlab/nn/model.h"
+#include "normlab/nn/weights.h"
 #include "support.h"
 
 using namespace normlab;
@@ -36,7 +36,8 @@ void set_weight(DecoderLM& m, const std::string& name, double value) {
 
 /// Copies `from`'s parameters into `to` under the renaming `rename(name) -> name in to`
 /// (empty: skip), then checks every parameter of `to` was written.
-void copy_weights(DecoderLM& from, DecoderLM& to, const std::function<std::string(const std::string&)>& rename) {
+void copy_weights(DecoderLM& from, DecoderLM& to,
+                  const std::function<std::string(const std::string&)>& rename) {
   TensorDict mapped;
   for (const auto& [name, t] : weights_of(*from)) {
     const std::string target = rename(name);
@@ -124,7 +125,8 @@ TEST(Equivalence, SiameseHybridDefaultsWithZeroXGainsIsPreNormOnYAtZeroEps) {
   DecoderLM p = make_double(pcfg, 6);
   copy_weights(s, p, [](const std::string& n) -> std::string {
     if (n.find(".c1") != std::string::npos || n.find(".mlp_norm.") != std::string::npos ||
-        n.find("mlp_y_norm") != std::string::npos || n == "final_norm_x.weight" || n == "final_norm_y.weight")
+        n.find("mlp_y_norm") != std::string::npos || n == "final_norm_x.weight" ||
+        n == "final_norm_y.weight")
       return "";
     std::string m = replace_suffix(n, "attn_y_norm", "attn_norm");
     return replace_suffix(m, "mlp_in_norm", "mlp_norm");  // final_norm keeps its name
@@ -161,8 +163,10 @@ TEST(Equivalence, HybridNormStarBlock0IsAPreNormBlockWithQkvNorms) {
 
   torch::manual_seed(12);
   const torch::Tensor x = torch::randn({2, 5, cfg.d_model}, torch::kDouble);
-  EXPECT_TRUE(close(star->scheme_blocks[0]->forward({x, {}}).x, pre->scheme_blocks[0]->forward({x, {}}).x, kTol));
-  EXPECT_TRUE(close(star->scheme_blocks[1]->forward({x, {}}).x, hyb->scheme_blocks[1]->forward({x, {}}).x, kTol));
+  EXPECT_TRUE(close(star->scheme_blocks[0]->forward({x, {}}).x,
+                    pre->scheme_blocks[0]->forward({x, {}}).x, kTol));
+  EXPECT_TRUE(close(star->scheme_blocks[1]->forward({x, {}}).x,
+                    hyb->scheme_blocks[1]->forward({x, {}}).x, kTol));
 }
 
 TEST(Equivalence, ResiDualXStreamIsThePostNormStream) {
@@ -196,7 +200,8 @@ TEST(Equivalence, TwoStreamSchemesStartBothStreamsAtTheEmbedding) {
     const torch::Tensor emb = m->embed(tokens);
     EXPECT_TRUE(torch::equal(x0, emb)) << enum_name(s);
     EXPECT_TRUE(torch::equal(y0, emb)) << enum_name(s);
-    EXPECT_FALSE(close(xl, yl, 1e-3)) << enum_name(s) << ": the streams should differ after the blocks";
+    EXPECT_FALSE(close(xl, yl, 1e-3))
+        << enum_name(s) << ": the streams should differ after the blocks";
   }
 }
 
@@ -243,6 +248,7 @@ TEST(Equivalence, SiameseParameterOverheadIsFourDPerBlockPlusTwoD) {
       for (const auto& p : DecoderLM(c, torch::kMeta)->parameters()) n += p.numel();
       return n;
     };
-    EXPECT_EQ(count(cfg) - count(base), 4 * cfg.d_model * cfg.n_layers + 2 * cfg.d_model) << enum_name(s);
+    EXPECT_EQ(count(cfg) - count(base), 4 * cfg.d_model * cfg.n_layers + 2 * cfg.d_model)
+        << enum_name(s);
   }
 }

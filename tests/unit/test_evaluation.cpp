@@ -3,10 +3,11 @@
 // equals scoring each choice alone without batching or padding, and picks the answer it should.
 #include <fstream>
 
-#include "normlab/data_prepare.h"
-#include "normlab/evaluate.h"
-#include "normlab/tasks.h"
-#include "normlab/tokenizer.h"
+#include "normlab/data/data_prepare.h"
+#include "normlab/data/tokenizer.h"
+#include "normlab/eval/evaluate.h"
+#include "normlab/eval/tasks.h"
+#include "normlab/util/error.h"
 #include "support.h"
 
 using namespace normlab;
@@ -21,17 +22,22 @@ DecoderLM model_of(int64_t vocab) {
 }
 
 // The summed log-probability of `choice`'s tokens after `context`, one sequence, no batching.
-double score_alone(DecoderLMImpl& m, const Tokenizer& tok, const std::string& context, const std::string& choice) {
+double score_alone(DecoderLMImpl& m, const Tokenizer& tok, const std::string& context,
+                   const std::string& choice) {
   torch::NoGradGuard g;
   const auto ctx = tok.encode(context);
   const auto whole = tok.encode(context + choice);
   size_t keep = std::min(ctx.size(), whole.size() - 1);
-  while (keep > 0 && !std::equal(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(keep), ctx.begin())) --keep;
+  while (keep > 0 &&
+         !std::equal(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(keep), ctx.begin()))
+    --keep;
   std::vector<int64_t> ids = {tok.eos_id()};
   ids.insert(ids.end(), whole.begin(), whole.end());
-  const torch::Tensor logp = m.forward(torch::tensor(ids, torch::kLong).unsqueeze(0)).log_softmax(-1)[0];
+  const torch::Tensor logp =
+      m.forward(torch::tensor(ids, torch::kLong).unsqueeze(0)).log_softmax(-1)[0];
   double sum = 0;
-  for (size_t t = 1 + keep; t < ids.size(); ++t) sum += logp[static_cast<int64_t>(t - 1)][ids[t]].item<double>();
+  for (size_t t = 1 + keep; t < ids.size(); ++t)
+    sum += logp[static_cast<int64_t>(t - 1)][ids[t]].item<double>();
   return sum;
 }
 
@@ -103,7 +109,8 @@ TEST(Evaluation, MultipleChoiceScoresEqualScoringAloneAndPickTheBest) {
   // whose answer is its worst.
   std::vector<std::vector<double>> alone(items.size());
   for (size_t i = 0; i < items.size(); ++i)
-    for (const auto& c : items[i].choices) alone[i].push_back(score_alone(*m, tok, items[i].context, c));
+    for (const auto& c : items[i].choices)
+      alone[i].push_back(score_alone(*m, tok, items[i].context, c));
   for (size_t i = 0; i < items.size(); ++i) {
     const auto& s = alone[i];
     const auto best = std::max_element(s.begin(), s.end()) - s.begin();
@@ -114,7 +121,8 @@ TEST(Evaluation, MultipleChoiceScoresEqualScoringAloneAndPickTheBest) {
     const McResult r = evaluate_mc(*m, tok, items, batch, torch::kCPU);
     for (size_t i = 0; i < items.size(); ++i)
       for (size_t c = 0; c < items[i].choices.size(); ++c)
-        EXPECT_NEAR(r.scores[i][c], alone[i][c], 1e-4) << "batch " << batch << " item " << i << " choice " << c;
+        EXPECT_NEAR(r.scores[i][c], alone[i][c], 1e-4)
+            << "batch " << batch << " item " << i << " choice " << c;
     EXPECT_NEAR(r.acc, 2.0 / 3.0, 1e-12) << batch;
   }
   // acc_norm from the same scores divided by byte lengths.
@@ -123,7 +131,8 @@ TEST(Evaluation, MultipleChoiceScoresEqualScoringAloneAndPickTheBest) {
   for (size_t i = 0; i < items.size(); ++i) {
     size_t best = 0;
     for (size_t c = 1; c < items[i].choices.size(); ++c)
-      if (alone[i][c] / items[i].choices[c].size() > alone[i][best] / items[i].choices[best].size()) best = c;
+      if (alone[i][c] / items[i].choices[c].size() > alone[i][best] / items[i].choices[best].size())
+        best = c;
     right += static_cast<int64_t>(best) == items[i].answer;
   }
   EXPECT_NEAR(r.acc_norm, right / 3.0, 1e-12);
@@ -132,11 +141,15 @@ TEST(Evaluation, MultipleChoiceScoresEqualScoringAloneAndPickTheBest) {
 TEST(Evaluation, TaskFilesAreCheckedLineByLine) {
   test::ScratchDir dir("tasks");
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"{\"context\": \"a\", \"choices\": [\" b\", \" c\"], \"answer\": 2}", ":1: answer: 2 is not an index of the 2 choices"},
-      {"{\"context\": \"a\", \"choices\": [\" b\"], \"answer\": 0}", ":1: choices: expected a list of at least two"},
+      {"{\"context\": \"a\", \"choices\": [\" b\", \" c\"], \"answer\": 2}",
+       ":1: answer: 2 is not an index of the 2 choices"},
+      {"{\"context\": \"a\", \"choices\": [\" b\"], \"answer\": 0}",
+       ":1: choices: expected a list of at least two"},
       {"{\"choices\": [\" b\", \" c\"], \"answer\": 0}", ":1: context: expected a string"},
-      {"\n{\"context\": \"a\", \"choices\": [\" b\", \"\"], \"answer\": 0}", ":2: choices: expected non-empty strings"},
-      {"{\"context\": \"a\", \"choices\": [\" b\", \" c\"], \"answer\": \"b\"}", ":1: answer: expected the index"},
+      {"\n{\"context\": \"a\", \"choices\": [\" b\", \"\"], \"answer\": 0}",
+       ":2: choices: expected non-empty strings"},
+      {"{\"context\": \"a\", \"choices\": [\" b\", \" c\"], \"answer\": \"b\"}",
+       ":1: answer: expected the index"},
       {"not json", ":1: invalid JSON"},
       {"", "no items"},
   };
@@ -145,11 +158,12 @@ TEST(Evaluation, TaskFilesAreCheckedLineByLine) {
     try {
       load_mc_task(dir / "t.jsonl");
       ADD_FAILURE() << "accepted: " << text;
-    } catch (const std::invalid_argument& e) {
+    } catch (const DataError& e) {
       EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("t.jsonl"), std::string::npos) << e.what();
     }
   }
-  std::ofstream(dir / "ok.jsonl") << "{\"context\": \"a\", \"choices\": [\" b\", \" c\"], \"answer\": 1}\n\n";
+  std::ofstream(dir / "ok.jsonl")
+      << "{\"context\": \"a\", \"choices\": [\" b\", \" c\"], \"answer\": 1}\n\n";
   EXPECT_EQ(load_mc_task(dir / "ok.jsonl").size(), 1u);
 }

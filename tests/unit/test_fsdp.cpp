@@ -9,12 +9,13 @@
 #include <mutex>
 #include <thread>
 
-#include "normlab/checkpoint.h"
-#include "normlab/communicator.h"
-#include "normlab/file_io.h"
-#include "normlab/fsdp.h"
-#include "normlab/model.h"
-#include "normlab/optimizer.h"
+#include "normlab/dist/communicator.h"
+#include "normlab/dist/fsdp.h"
+#include "normlab/nn/model.h"
+#include "normlab/train/checkpoint.h"
+#include "normlab/train/optimizer.h"
+#include "normlab/util/error.h"
+#include "normlab/util/file_io.h"
 #include "support.h"
 
 namespace normlab {
@@ -60,13 +61,15 @@ class ThreadComm final : public Communicator {
   void reduce_scatter(torch::Tensor& out, const torch::Tensor& in) override {
     exchange(in);
     out.zero_();
-    for (int r = 0; r < world(); ++r) out.add_(g_.slots_[r].narrow(0, rank_ * out.numel(), out.numel()));
+    for (int r = 0; r < world(); ++r)
+      out.add_(g_.slots_[r].narrow(0, rank_ * out.numel(), out.numel()));
     g_.barrier();
   }
   void all_reduce(torch::Tensor& t, ReduceOp op) override {
     exchange(t.clone());
     torch::Tensor acc = g_.slots_[0].clone();
-    for (int r = 1; r < world(); ++r) acc = op == ReduceOp::Sum ? acc + g_.slots_[r] : torch::maximum(acc, g_.slots_[r]);
+    for (int r = 1; r < world(); ++r)
+      acc = op == ReduceOp::Sum ? acc + g_.slots_[r] : torch::maximum(acc, g_.slots_[r]);
     g_.barrier();
     t.copy_(acc);
   }
@@ -122,7 +125,8 @@ ModelConfig model_config(Scheme scheme, bool tied) {
 
 // The plain model's gradients of one loss on `tokens` (ranks' slices together).
 // bf16_weights: the plain model's parameters rounded to bfloat16 first (what bf16 gathers give).
-std::map<std::string, torch::Tensor> reference_grads(const ModelConfig& cfg, const torch::Tensor& tokens,
+std::map<std::string, torch::Tensor> reference_grads(const ModelConfig& cfg,
+                                                     const torch::Tensor& tokens,
                                                      const torch::Tensor& targets, double* loss,
                                                      bool bf16_weights = false) {
   torch::manual_seed(7);
@@ -143,11 +147,14 @@ std::map<std::string, torch::Tensor> reference_grads(const ModelConfig& cfg, con
 // gradients must be the plain model's gradient of the whole batch.
 // Gathers in `gather` dtype: the reference model's weights are rounded the same way. Reductions
 // in bf16: the sums are bf16 numbers (checked exactly for W = 2, where sum / 2 stays one).
-void expect_sharded_gradients(Scheme scheme, int world, bool tied, bool reshard, bool checkpoint = false,
-                              torch::ScalarType gather = torch::kFloat, torch::ScalarType reduce = torch::kFloat) {
-  SCOPED_TRACE(std::string(enum_name(scheme)) + " W=" + std::to_string(world) + (tied ? " tied" : "") +
-               (reshard ? "" : " no-reshard") + (checkpoint ? " checkpointed" : "") +
-               (gather == torch::kBFloat16 ? " bf16 gathers" : "") + (reduce == torch::kBFloat16 ? " bf16 sums" : ""));
+void expect_sharded_gradients(Scheme scheme, int world, bool tied, bool reshard,
+                              bool checkpoint = false, torch::ScalarType gather = torch::kFloat,
+                              torch::ScalarType reduce = torch::kFloat) {
+  SCOPED_TRACE(std::string(enum_name(scheme)) + " W=" + std::to_string(world) +
+               (tied ? " tied" : "") + (reshard ? "" : " no-reshard") +
+               (checkpoint ? " checkpointed" : "") +
+               (gather == torch::kBFloat16 ? " bf16 gathers" : "") +
+               (reduce == torch::kBFloat16 ? " bf16 sums" : ""));
   const ModelConfig cfg = model_config(scheme, tied);
   torch::manual_seed(3);
   const int64_t B = 2 * world, T = 6;
@@ -157,7 +164,8 @@ void expect_sharded_gradients(Scheme scheme, int world, bool tied, bool reshard,
   const auto ref = reference_grads(cfg, tokens, targets, &ref_loss, gather == torch::kBFloat16);
 
   std::mutex mu;
-  std::map<std::string, std::vector<std::pair<int64_t, torch::Tensor>>> pieces;  // name -> (start, grad)
+  std::map<std::string, std::vector<std::pair<int64_t, torch::Tensor>>>
+      pieces;  // name -> (start, grad)
   std::vector<double> losses(world);
   std::vector<int64_t> resident(world);
   on_ranks(world, [&](int rank, Communicator& comm) {
@@ -169,19 +177,22 @@ void expect_sharded_gradients(Scheme scheme, int world, bool tied, bool reshard,
     o.reduce_dtype = reduce;
     Fsdp fsdp(model, comm, o, OptimizerConfig{});
     fsdp.zero_grad();
-    const LossOutput out = model->loss(tokens.narrow(0, rank * 2, 2), targets.narrow(0, rank * 2, 2));
+    const LossOutput out =
+        model->loss(tokens.narrow(0, rank * 2, 2), targets.narrow(0, rank * 2, 2));
     out.loss.backward();
     fsdp.finish_backward();
     losses[rank] = comm.sum(out.loss.item<double>()) / world;
     resident[rank] = fsdp.resident_bytes();
     std::lock_guard<std::mutex> lock(mu);
-    for (const ShardPiece& p : fsdp.pieces()) pieces[p.name].emplace_back(p.start, p.param.grad().clone());
+    for (const ShardPiece& p : fsdp.pieces())
+      pieces[p.name].emplace_back(p.start, p.param.grad().clone());
   });
   EXPECT_NEAR(losses[0], ref_loss, 1e-6 * std::abs(ref_loss));
   ASSERT_EQ(pieces.size(), ref.size());
   for (const auto& [name, g] : ref) {
     auto parts = pieces.at(name);
-    std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::sort(parts.begin(), parts.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
     std::vector<torch::Tensor> flat;
     for (const auto& [start, t] : parts) flat.push_back(t);
     const torch::Tensor joined = torch::cat(flat);
@@ -189,7 +200,8 @@ void expect_sharded_gradients(Scheme scheme, int world, bool tied, bool reshard,
     if (reduce == torch::kFloat) {
       EXPECT_TRUE(test::close(joined.view(g.sizes()), g, 1e-5)) << name;
     } else {
-      EXPECT_TRUE(test::close(joined.view(g.sizes()), g, 2e-2)) << name;  // bf16 has 8 mantissa bits
+      EXPECT_TRUE(test::close(joined.view(g.sizes()), g, 2e-2))
+          << name;  // bf16 has 8 mantissa bits
       if (world == 2) {
         EXPECT_TRUE(torch::equal(joined, joined.to(torch::kBFloat16).to(torch::kFloat))) << name;
       }
@@ -198,27 +210,33 @@ void expect_sharded_gradients(Scheme scheme, int world, bool tied, bool reshard,
   // Between steps a rank holds its shards (parameters and gradients) and nothing else.
   int64_t total = 0;
   for (const auto& [name, g] : ref) total += g.numel();
-  for (int r = 0; r < world; ++r) EXPECT_LE(resident[r], (total / world + 2 * 3 * world) * 2 * 4) << "rank " << r;
+  for (int r = 0; r < world; ++r)
+    EXPECT_LE(resident[r], (total / world + 2 * 3 * world) * 2 * 4) << "rank " << r;
 }
 
 TEST(Fsdp, ShardedGradientsEqualTheWholeBatchGradient) {
   expect_sharded_gradients(Scheme::PreNorm, 1, false, true);
   expect_sharded_gradients(Scheme::PreNorm, 2, false, true);
   expect_sharded_gradients(Scheme::SiameseHybrid, 3, false, true);  // uneven shards
-  expect_sharded_gradients(Scheme::Siamese, 2, true, false);        // tied head, gathered through backward
+  expect_sharded_gradients(Scheme::Siamese, 2, true,
+                           false);  // tied head, gathered through backward
   expect_sharded_gradients(Scheme::ResiDual, 3, true, true);
 }
 
 TEST(Fsdp, GathersAndReducesInBfloat16) {
   // bf16 gathers: exactly the gradients of the model with bf16-rounded weights (fp32 sums).
-  expect_sharded_gradients(Scheme::SiameseHybrid, 3, false, true, false, torch::kBFloat16, torch::kFloat);
+  expect_sharded_gradients(Scheme::SiameseHybrid, 3, false, true, false, torch::kBFloat16,
+                           torch::kFloat);
   // bf16 sums: within bf16 precision of them, and bf16 numbers.
-  expect_sharded_gradients(Scheme::PreNorm, 2, true, true, false, torch::kBFloat16, torch::kBFloat16);
-  expect_sharded_gradients(Scheme::Siamese, 2, false, false, false, torch::kFloat, torch::kBFloat16);
+  expect_sharded_gradients(Scheme::PreNorm, 2, true, true, false, torch::kBFloat16,
+                           torch::kBFloat16);
+  expect_sharded_gradients(Scheme::Siamese, 2, false, false, false, torch::kFloat,
+                           torch::kBFloat16);
   FsdpOptions wrong;
   wrong.param_dtype = torch::kHalf;
   SingleProcess one;
-  EXPECT_THROW(Fsdp(build(model_config(Scheme::PreNorm, false), 7), one, wrong, OptimizerConfig{}), c10::Error);
+  EXPECT_THROW(Fsdp(build(model_config(Scheme::PreNorm, false), 7), one, wrong, OptimizerConfig{}),
+               c10::Error);
 }
 
 TEST(Fsdp, ComposesWithActivationCheckpointing) {
@@ -258,17 +276,20 @@ TEST(Fsdp, TrainingStepsMatchOneProcess) {
     AdamW opt(ps, oc);
     for (int s = 0; s < 3; ++s) {
       fsdp.zero_grad();
-      model->loss(tokens.narrow(0, 2 * rank, 2), tokens.roll(1, 1).narrow(0, 2 * rank, 2)).loss.backward();
+      model->loss(tokens.narrow(0, 2 * rank, 2), tokens.roll(1, 1).narrow(0, 2 * rank, 2))
+          .loss.backward();
       fsdp.finish_backward();
       fsdp.clip_grad_norm(oc.grad_clip);
       opt.step(oc.lr);
     }
     std::lock_guard<std::mutex> lock(mu);
-    for (const ShardPiece& p : fsdp.pieces()) pieces[p.name].emplace_back(p.start, p.param.detach().clone());
+    for (const ShardPiece& p : fsdp.pieces())
+      pieces[p.name].emplace_back(p.start, p.param.detach().clone());
   });
   for (const auto& p : ref->named_parameters()) {
     auto parts = pieces.at(p.key());
-    std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::sort(parts.begin(), parts.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
     std::vector<torch::Tensor> flat;
     for (const auto& [start, t] : parts) flat.push_back(t);
     EXPECT_TRUE(test::close(torch::cat(flat).view(p.value().sizes()), p.value(), 1e-5)) << p.key();
@@ -301,10 +322,12 @@ TEST(Fsdp, LoadsSlicesOfAWholeCheckpoint) {
     Fsdp fsdp(model, comm, FsdpOptions{}, OptimizerConfig{});
     fsdp.load_full(full, "test");
     for (const ShardPiece& p : fsdp.pieces())
-      EXPECT_TRUE(torch::equal(p.param, full.at(p.name).reshape(-1).narrow(0, p.start, p.param.numel()))) << rank;
+      EXPECT_TRUE(
+          torch::equal(p.param, full.at(p.name).reshape(-1).narrow(0, p.start, p.param.numel())))
+          << rank;
     TensorDict bad = full;
     bad.erase("embed.weight");
-    EXPECT_THROW(fsdp.load_full(bad, "test"), std::invalid_argument);
+    EXPECT_THROW(fsdp.load_full(bad, "test"), CheckpointError);
   });
 }
 
@@ -339,14 +362,16 @@ TEST(ShardedCheckpoint, SavedByThreeRanksConsolidatesToTheWhole) {
   const Checkpoint c = checkpoint_consolidate(*latest);
   EXPECT_EQ(c.world, 1);
   EXPECT_EQ(c.state.step, 4);
-  for (const auto& p : whole->named_parameters()) EXPECT_TRUE(torch::equal(c.model.at(p.key()), p.value())) << p.key();
+  for (const auto& p : whole->named_parameters())
+    EXPECT_TRUE(torch::equal(c.model.at(p.key()), p.value())) << p.key();
   // The embedding's first moment: rank 0's piece, then 1's, then 2's, in order.
   const torch::Tensor m = c.optimizer.at("exp_avg.embed.weight").reshape(-1);
   EXPECT_EQ(m.numel(), whole->embed->weight.numel());
   EXPECT_EQ(m[0].item<float>(), 0.0f);
   EXPECT_EQ(m[-1].item<float>(), 2.0f);
-  EXPECT_TRUE(torch::equal(std::get<0>(torch::sort(m)), m));  // non-decreasing: pieces in rank order
-  EXPECT_THROW(checkpoint_load(*latest, 3), std::invalid_argument);
+  EXPECT_TRUE(
+      torch::equal(std::get<0>(torch::sort(m)), m));  // non-decreasing: pieces in rank order
+  EXPECT_THROW(checkpoint_load(*latest, 3), CheckpointError);
   // state.json lists every rank's files with their checksums (the per-rank digest lists that
   // rank 0 gathered are gone); a flipped bit in rank 1's model is caught by verify and by rank
   // 1's load, while rank 0 still loads its own files.
@@ -369,8 +394,12 @@ TEST(ShardedCheckpoint, SavedByThreeRanksConsolidatesToTheWhole) {
 TEST(DistEnv, ReadsTheLaunchersVariables) {
   EXPECT_EQ(dist_env_from({}).world, 1);
   EXPECT_EQ(dist_env_from({}).launcher, "none");
-  const DistEnv t = dist_env_from({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "node7"},
-                                   {"MASTER_PORT", "29400"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
+  const DistEnv t = dist_env_from({{"RANK", "3"},
+                                   {"WORLD_SIZE", "8"},
+                                   {"LOCAL_RANK", "1"},
+                                   {"MASTER_ADDR", "node7"},
+                                   {"MASTER_PORT", "29400"},
+                                   {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
   EXPECT_EQ(t.launcher, "torchrun");
   EXPECT_EQ(t.rank, 3);
   EXPECT_EQ(t.world, 8);
@@ -378,26 +407,29 @@ TEST(DistEnv, ReadsTheLaunchersVariables) {
   EXPECT_EQ(t.master_addr, "node7");
   EXPECT_EQ(t.master_port, 29400);
   EXPECT_TRUE(t.agent_store);
-  const DistEnv m = dist_env_from({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "3"},
+  const DistEnv m = dist_env_from({{"OMPI_COMM_WORLD_RANK", "1"},
+                                   {"OMPI_COMM_WORLD_SIZE", "3"},
                                    {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}});
   EXPECT_EQ(m.launcher, "mpi");
   EXPECT_EQ(m.rank, 1);
   EXPECT_EQ(m.world, 3);
-  const DistEnv s = dist_env_from({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "1"}});
+  const DistEnv s =
+      dist_env_from({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "1"}});
   EXPECT_EQ(s.launcher, "slurm");
   EXPECT_EQ(s.rank, 5);
   auto message = [](const std::map<std::string, std::string>& env) {
     try {
       dist_env_from(env);
-    } catch (const std::invalid_argument& e) {
+    } catch (const DistributedError& e) {
       return std::string(e.what());
     }
     return std::string("no error");
   };
   EXPECT_NE(message({{"RANK", "x"}, {"WORLD_SIZE", "2"}}).find("RANK=x"), std::string::npos);
   EXPECT_NE(message({{"RANK", "2"}, {"WORLD_SIZE", "2"}}).find("[0, 1]"), std::string::npos);
-  EXPECT_NE(message({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}}).find("MASTER_PORT"),
-            std::string::npos);
+  EXPECT_NE(
+      message({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}}).find("MASTER_PORT"),
+      std::string::npos);
 }
 
 TEST(DistEnv, CpuTrainingOverSeveralProcessesNeedsAnMpiLauncher) {
@@ -407,8 +439,9 @@ TEST(DistEnv, CpuTrainingOverSeveralProcessesNeedsAnMpiLauncher) {
   try {
     make_communicator(env, CommOptions{}, torch::kCPU);
     FAIL() << "expected an error";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("mpirun -n N normlab train"), std::string::npos) << e.what();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("mpirun -n N normlab train"), std::string::npos)
+        << e.what();
   }
   env.world = 1;
   EXPECT_EQ(make_communicator(env, CommOptions{}, torch::kCPU)->backend(), "single");

@@ -2,9 +2,9 @@
 // float64 (tight) and float32, on contiguous and strided inputs.
 #include <torch/torch.h>
 
-#include "normlab/cpu_allocator.h"
-#include "normlab/fused.h"
-#include "normlab/norm.h"
+#include "normlab/nn/fused.h"
+#include "normlab/nn/norm.h"
+#include "normlab/util/cpu_allocator.h"
 #include "support.h"
 
 using namespace normlab;
@@ -19,7 +19,8 @@ torch::Tensor rms_ref(const torch::Tensor& x, const torch::Tensor& w, double eps
 
 torch::Tensor rope_ref(const torch::Tensor& x, const torch::Tensor& c, const torch::Tensor& s) {
   const int64_t h = x.size(-1) / 2;
-  return x * c.unsqueeze(1) + torch::cat({-x.narrow(-1, h, h), x.narrow(-1, 0, h)}, -1) * s.unsqueeze(1);
+  return x * c.unsqueeze(1) +
+         torch::cat({-x.narrow(-1, h, h), x.narrow(-1, 0, h)}, -1) * s.unsqueeze(1);
 }
 
 // Values and gradients (w.r.t. every input that requires grad) of f and ref agree.
@@ -30,7 +31,8 @@ void expect_same(const std::function<torch::Tensor()>& f, const std::function<to
   const torch::Tensor r = torch::randn_like(a);
   const auto ga = torch::autograd::grad({(a * r).sum()}, inputs);
   const auto gb = torch::autograd::grad({(b * r).sum()}, inputs);
-  for (size_t i = 0; i < inputs.size(); ++i) EXPECT_TRUE(close(ga[i], gb[i], tol)) << "gradient " << i;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    EXPECT_TRUE(close(ga[i], gb[i], tol)) << "gradient " << i;
 }
 
 }  // namespace
@@ -41,8 +43,10 @@ TEST(Fused, RmsNormMatchesTheComposition) {
     torch::manual_seed(1);
     const torch::Tensor x = torch::randn({3, 37, 64}, dtype).requires_grad_();
     const torch::Tensor w = (torch::rand({64}, dtype) + 0.5).requires_grad_();
-    expect_same([&] { return fused::rms_norm(x, w, 1e-5); }, [&] { return rms_ref(x, w, 1e-5); }, {x, w}, tol);
-    expect_same([&] { return fused::rms_norm(x, {}, 1e-5); }, [&] { return rms_ref(x, {}, 1e-5); }, {x}, tol);
+    expect_same([&] { return fused::rms_norm(x, w, 1e-5); }, [&] { return rms_ref(x, w, 1e-5); },
+                {x, w}, tol);
+    expect_same([&] { return fused::rms_norm(x, {}, 1e-5); }, [&] { return rms_ref(x, {}, 1e-5); },
+                {x}, tol);
     // A strided view (the per-head q/k/v norms see slices of the qkv projection).
     const torch::Tensor big = torch::randn({5, 3, 24}, dtype).requires_grad_();
     const torch::Tensor wv = torch::rand({8}, dtype).requires_grad_();
@@ -70,29 +74,36 @@ TEST(Fused, LinearMatchesATenLinear) {
   torch::manual_seed(4);
   const torch::Tensor x = torch::randn({3, 17, 48}).requires_grad_();
   const torch::Tensor w = (torch::randn({40, 48}) * 0.1).requires_grad_();
-  expect_same([&] { return fused::linear(x, w); }, [&] { return torch::linear(x, w); }, {x, w}, 2e-6);
+  expect_same([&] { return fused::linear(x, w); }, [&] { return torch::linear(x, w); }, {x, w},
+              2e-6);
   // A strided input (a slice of a wider activation) and an input that needs no gradient.
   const torch::Tensor wide = torch::randn({5, 96}).requires_grad_();
   expect_same([&] { return fused::linear(wide.narrow(1, 10, 48), w); },
               [&] { return torch::linear(wide.narrow(1, 10, 48), w); }, {wide, w}, 2e-6);
   const torch::Tensor frozen = torch::randn({4, 48});
-  expect_same([&] { return fused::linear(frozen, w); }, [&] { return torch::linear(frozen, w); }, {w}, 2e-6);
-  std::cout << "oneDNN linear in this build: " << (fused::onednn_linear_available() ? "yes" : "no") << "\n";
+  expect_same([&] { return fused::linear(frozen, w); }, [&] { return torch::linear(frozen, w); },
+              {w}, 2e-6);
+  std::cout << "oneDNN linear in this build: " << (fused::onednn_linear_available() ? "yes" : "no")
+            << "\n";
 }
 
 TEST(Fused, UnfusedDevicesAndDtypesTakeTheComposition) {
   const torch::Tensor x = torch::randn({4, 8}).to(torch::kBFloat16);
   const torch::Tensor q = torch::randn({1, 2, 1, 4}).to(torch::kBFloat16);
-  const torch::Tensor c = torch::randn({2, 4}).to(torch::kBFloat16), s = torch::randn({2, 4}).to(torch::kBFloat16);
+  const torch::Tensor c = torch::randn({2, 4}).to(torch::kBFloat16),
+                      s = torch::randn({2, 4}).to(torch::kBFloat16);
   EXPECT_TRUE(torch::equal(fused::rope(q, c, s), rope_ref(q, c, s)));
   EXPECT_EQ(fused::rms_norm(x, {}, 1e-5).scalar_type(), torch::kBFloat16);
 }
 
 TEST(Fused, AddRmsNormOffCudaIsTheNormsComposition) {
   // Against the formulas, for the dtypes the model's streams take.
-  EXPECT_TRUE(test::add_rms_norm_matches_reference(torch::kCPU, torch::kDouble, torch::kDouble, 6, 40, 1.0, 1e-7));  // w is fp32
-  EXPECT_TRUE(test::add_rms_norm_matches_reference(torch::kCPU, torch::kFloat, torch::kFloat, 9, 64, 2.5, 1e-5));
-  EXPECT_TRUE(test::add_rms_norm_matches_reference(torch::kCPU, torch::kFloat, torch::kBFloat16, 3, 24, 4.0, 1e-5));
+  EXPECT_TRUE(test::add_rms_norm_matches_reference(torch::kCPU, torch::kDouble, torch::kDouble, 6,
+                                                   40, 1.0, 1e-7));  // w is fp32
+  EXPECT_TRUE(test::add_rms_norm_matches_reference(torch::kCPU, torch::kFloat, torch::kFloat, 9, 64,
+                                                   2.5, 1e-5));
+  EXPECT_TRUE(test::add_rms_norm_matches_reference(torch::kCPU, torch::kFloat, torch::kBFloat16, 3,
+                                                   24, 4.0, 1e-5));
   // Bitwise what the schemes computed before the op existed: the add, then Norm.
   torch::manual_seed(3);
   for (const double d : {1.0, 2.0 / 3.0}) {
@@ -107,7 +118,8 @@ TEST(Fused, AddRmsNormOffCudaIsTheNormsComposition) {
     EXPECT_TRUE(torch::equal(layer->add_forward(x, b, d).second, layer(r_ref)));
   }
   // Dispatch: the CUDA kernels never take CPU tensors.
-  EXPECT_FALSE(fused::fusable_add_rms_norm(torch::zeros({2, 4}), torch::zeros({2, 4}), torch::ones({4})));
+  EXPECT_FALSE(
+      fused::fusable_add_rms_norm(torch::zeros({2, 4}), torch::zeros({2, 4}), torch::ones({4})));
 }
 
 // The caching allocator (not installed here: that would switch the whole test process).

@@ -1,8 +1,9 @@
 // Generation: the KV cache gives the logits of a full forward pass for every scheme (one token
 // at a time and in chunks), greedy generation is the same with and without it, and sampling
 // respects temperature, top-k, top-p and its seed.
-#include "normlab/generate.h"
-#include "normlab/kv_cache.h"
+#include "normlab/eval/generate.h"
+#include "normlab/nn/kv_cache.h"
+#include "normlab/util/error.h"
 #include "support.h"
 
 using namespace normlab;
@@ -32,9 +33,9 @@ TEST_P(GenerateScheme, CachedLogitsEqualAFullForwardPass) {
   torch::Tensor pieces;
   {
     KVCacheScope scope(*m, cache);
-    const torch::Tensor a = m->forward(tokens.narrow(1, 0, 5));   // the prompt
-    const torch::Tensor b = m->forward(tokens.narrow(1, 5, 1));   // one token
-    const torch::Tensor c = m->forward(tokens.narrow(1, 6, 5));   // a chunk after a prefix
+    const torch::Tensor a = m->forward(tokens.narrow(1, 0, 5));  // the prompt
+    const torch::Tensor b = m->forward(tokens.narrow(1, 5, 1));  // one token
+    const torch::Tensor c = m->forward(tokens.narrow(1, 6, 5));  // a chunk after a prefix
     pieces = torch::cat({a, b, c}, 1);
   }
   EXPECT_EQ(cache.length(), 11);
@@ -85,5 +86,5 @@ TEST(Generate, SamplingFollowsItsOptions) {
   EXPECT_EQ(generate(*m, {1, 2}, s), generate(*m, {1, 2}, s));
   s.stop_token = generate(*m, {1, 2}, s)[3];
   EXPECT_LE(generate(*m, {1, 2}, s).size(), 4u);  // stops at the stop token
-  EXPECT_THROW(generate(*m, {}, s), std::invalid_argument);
+  EXPECT_THROW(generate(*m, {}, s), ConfigError);
 }

@@ -2,8 +2,8 @@
 // normlab loads the reference's weights and reproduces its logits, loss and every parameter
 // gradient in fp32 to 1e-5 relative (max |ours - ref| / max |ref|). The reference computed in
 // float64 from the same float32 weights.
-#include "normlab/model.h"
-#include "normlab/weights.h"
+#include "normlab/nn/model.h"
+#include "normlab/nn/weights.h"
 #include "support.h"
 
 using namespace normlab;

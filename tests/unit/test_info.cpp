@@ -1,12 +1,13 @@
 // normlab info's numbers: parameter counts from the real module, FLOPs and memory estimates.
-#include "normlab/config_io.h"
-#include "normlab/info.h"
+#include "normlab/config/config_io.h"
+#include "normlab/eval/info.h"
 #include "support.h"
 
 using namespace normlab;
 
 TEST(Info, PaperSiameseHybrid13BHas128BParameters) {
-  const RunConfig c = config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/1.3b/siamese_hybrid.yaml");
+  const RunConfig c =
+      config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/1.3b/siamese_hybrid.yaml");
   const ParamCounts p = count_parameters(c.model);
   EXPECT_NEAR(static_cast<double>(p.total), 1.28e9, 0.01 * 1.28e9);
   EXPECT_EQ(p.embedding, 50304 * 2048);
@@ -23,13 +24,16 @@ TEST(Info, FlopsPerTokenCountCausalAttentionAsHalf) {
   const ParamCounts p = count_parameters(m);
   // Forward and backward of QK^T and AV over T keys (12 L H D T), halved by the causal mask.
   const double attn = 6.0 * m.n_layers * m.n_heads * m.head_dim() * 128;
-  EXPECT_DOUBLE_EQ(flops_per_token(m, 128), 6.0 * static_cast<double>(p.total - p.embedding) + attn);
+  EXPECT_DOUBLE_EQ(flops_per_token(m, 128),
+                   6.0 * static_cast<double>(p.total - p.embedding) + attn);
   m.tie_embeddings = true;
-  EXPECT_DOUBLE_EQ(flops_per_token(m, 128), 6.0 * static_cast<double>(count_parameters(m).total) + attn);
+  EXPECT_DOUBLE_EQ(flops_per_token(m, 128),
+                   6.0 * static_cast<double>(count_parameters(m).total) + attn);
 }
 
 TEST(Info, MemoryEstimateRespondsToShardingAndCheckpointing) {
-  const RunConfig c = config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/1.3b/siamese_hybrid.yaml");
+  const RunConfig c =
+      config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/1.3b/siamese_hybrid.yaml");
   MemoryPlan plan;
   const MemoryEstimate full = estimate_memory(c.model, plan);
   const double N = static_cast<double>(count_parameters(c.model).total);
@@ -45,5 +49,6 @@ TEST(Info, MemoryEstimateRespondsToShardingAndCheckpointing) {
   // Two streams keep more than one.
   ModelConfig pre = c.model;
   pre.scheme = Scheme::PreNorm;
-  EXPECT_GT(estimate_memory(c.model, MemoryPlan{}).activations, estimate_memory(pre, MemoryPlan{}).activations);
+  EXPECT_GT(estimate_memory(c.model, MemoryPlan{}).activations,
+            estimate_memory(pre, MemoryPlan{}).activations);
 }

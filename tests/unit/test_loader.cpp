@@ -1,8 +1,8 @@
 // The loader: samples, the (seed, epoch) order, rank slices, exact resume, validation order.
 #include <set>
 
-#include "normlab/data_prepare.h"
-#include "normlab/loader.h"
+#include "normlab/data/data_prepare.h"
+#include "normlab/data/loader.h"
 #include "support.h"
 
 using namespace normlab;
@@ -54,7 +54,8 @@ TEST(Permute, IsABijectionForAnySize) {
     EXPECT_EQ(*seen.rbegin(), n - 1);
   }
   int moved = 0;
-  for (int64_t i = 0; i < 1000; ++i) moved += permute_index(i, 1000, 1) != permute_index(i, 1000, 2);
+  for (int64_t i = 0; i < 1000; ++i)
+    moved += permute_index(i, 1000, 1) != permute_index(i, 1000, 2);
   EXPECT_GT(moved, 900);
 }
 
@@ -68,8 +69,10 @@ TEST_F(LoaderTest, SamplesAreConsecutiveWindowsWithShiftedTargets) {
   const auto ids = loader.sample_ids(3, 1);
   std::vector<int64_t> s(17);
   data->sample(ids[2], s.data());
-  EXPECT_TRUE(torch::equal(b.inputs[2], torch::tensor(std::vector<int64_t>(s.begin(), s.end() - 1))));
-  EXPECT_TRUE(torch::equal(b.targets[2], torch::tensor(std::vector<int64_t>(s.begin() + 1, s.end()))));
+  EXPECT_TRUE(
+      torch::equal(b.inputs[2], torch::tensor(std::vector<int64_t>(s.begin(), s.end() - 1))));
+  EXPECT_TRUE(
+      torch::equal(b.targets[2], torch::tensor(std::vector<int64_t>(s.begin() + 1, s.end()))));
 }
 
 TEST_F(LoaderTest, EachEpochVisitsEverySampleOnce) {
@@ -119,13 +122,16 @@ TEST_F(LoaderTest, ResumingAtAStepGivesTheSameBatchesAsAnUninterruptedRun) {
   {
     TrainLoader a(data, opts(2, 4, 0, 1, 3));
     for (int64_t step = 0; step < 10; ++step)
-      for (int64_t m = 0; m < a.micro_steps(); ++m) uninterrupted.push_back(a.batch(step, m).inputs);
+      for (int64_t m = 0; m < a.micro_steps(); ++m)
+        uninterrupted.push_back(a.batch(step, m).inputs);
   }
-  TrainLoader resumed(std::make_shared<TokenDataset>(*dir_ / "shards", "train", 16), opts(2, 4, 0, 1, 3));
+  TrainLoader resumed(std::make_shared<TokenDataset>(*dir_ / "shards", "train", 16),
+                      opts(2, 4, 0, 1, 3));
   size_t k = 5 * 2 + 1;  // resume at step 5, micro-step 1
   for (int64_t step = 5; step < 10; ++step)
     for (int64_t m = step == 5 ? 1 : 0; m < resumed.micro_steps(); ++m)
-      EXPECT_TRUE(torch::equal(resumed.batch(step, m).inputs, uninterrupted[k++])) << step << "/" << m;
+      EXPECT_TRUE(torch::equal(resumed.batch(step, m).inputs, uninterrupted[k++]))
+          << step << "/" << m;
   TrainLoader other_seed(data, opts(2, 4, 0, 1, 4));
   EXPECT_FALSE(torch::equal(other_seed.batch(0, 0).inputs, uninterrupted[0]));
 }
@@ -136,7 +142,8 @@ TEST_F(LoaderTest, ValidationIsInFixedOrderAndSplitAcrossRanks) {
   ASSERT_GT(one.num_batches(), 3);
   std::vector<int64_t> s(17);
   val->sample(0, s.data());
-  EXPECT_TRUE(torch::equal(one.batch(0).inputs[0], torch::tensor(std::vector<int64_t>(s.begin(), s.end() - 1))));
+  EXPECT_TRUE(torch::equal(one.batch(0).inputs[0],
+                           torch::tensor(std::vector<int64_t>(s.begin(), s.end() - 1))));
   ValLoader r0(val, 1, 0, 2), r1(val, 1, 1, 2);
   EXPECT_TRUE(torch::equal(r0.batch(1).inputs[0], one.batch(1).inputs[0]));
   EXPECT_TRUE(torch::equal(r1.batch(1).inputs[0], one.batch(1).inputs[1]));

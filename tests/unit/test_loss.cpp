@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "normlab/loss.h"
-#include "normlab/model.h"
+#include "normlab/nn/loss.h"
+#include "normlab/nn/model.h"
 #include "support.h"
 
 namespace normlab {
@@ -14,7 +14,8 @@ namespace {
 TEST(ChunkedLoss, EqualsTheWholeLogitsLossAndGradients) {
   torch::manual_seed(4);
   const int64_t N = 37, C = 16, V = 50;
-  const torch::Tensor h0 = torch::randn({N, C}, torch::kDouble), w0 = torch::randn({V, C}, torch::kDouble);
+  const torch::Tensor h0 = torch::randn({N, C}, torch::kDouble),
+                      w0 = torch::randn({V, C}, torch::kDouble);
   const torch::Tensor t = torch::randint(V, {N}, torch::kLong);
   for (const double z_loss : {0.0, 1e-2}) {
     const torch::Tensor h = h0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
@@ -25,7 +26,8 @@ TEST(ChunkedLoss, EqualsTheWholeLogitsLossAndGradients) {
     ref.backward();
     for (const int64_t chunk : {1, 8, 37, 100}) {
       SCOPED_TRACE("z_loss " + std::to_string(z_loss) + ", chunk " + std::to_string(chunk));
-      const torch::Tensor hc = h0.clone().requires_grad_(true), wc = w0.clone().requires_grad_(true);
+      const torch::Tensor hc = h0.clone().requires_grad_(true),
+                          wc = w0.clone().requires_grad_(true);
       const ChunkedLoss c = linear_cross_entropy(hc, wc, t, z_loss, chunk);
       (c.loss * 3.0).backward();  // the incoming gradient scales the stored ones
       EXPECT_NEAR(c.loss.item<double>(), ref.item<double>(), 1e-6);
@@ -49,22 +51,27 @@ TEST(ChunkedLoss, ModelLossThroughChunksMatchesThePlainOne) {
     for (int chunked = 0; chunked < 2; ++chunked) {
       torch::manual_seed(8);
       DecoderLM model(cfg);
-      const LossOutput out = model->loss(tokens, tokens.roll(-1, 1), 1e-3, nullptr, chunked ? 5 : 0);
+      const LossOutput out =
+          model->loss(tokens, tokens.roll(-1, 1), 1e-3, nullptr, chunked ? 5 : 0);
       out.loss.backward();
       losses[chunked] = out.loss.item<double>();
-      for (const auto& p : model->named_parameters()) grads[chunked][p.key()] = p.value().grad().clone();
+      for (const auto& p : model->named_parameters())
+        grads[chunked][p.key()] = p.value().grad().clone();
     }
     EXPECT_NEAR(losses[1], losses[0], 1e-6 * losses[0]);
-    for (const auto& [name, g] : grads[0]) EXPECT_TRUE(test::close(grads[1].at(name), g, 1e-5)) << name << tied;
+    for (const auto& [name, g] : grads[0])
+      EXPECT_TRUE(test::close(grads[1].at(name), g, 1e-5)) << name << tied;
   }
 }
 
 TEST(ChunkedLoss, WithoutGradientsItIsJustTheLoss) {
   torch::manual_seed(1);
-  const torch::Tensor h = torch::randn({10, 8}), w = torch::randn({30, 8}), t = torch::randint(30, {10}, torch::kLong);
+  const torch::Tensor h = torch::randn({10, 8}), w = torch::randn({30, 8}),
+                      t = torch::randint(30, {10}, torch::kLong);
   torch::NoGradGuard no_grad;
   const ChunkedLoss c = linear_cross_entropy(h, w, t, 0.0, 4);
-  EXPECT_NEAR(c.ce.item<double>(), torch::cross_entropy_loss(torch::mm(h, w.t()), t).item<double>(), 1e-5);
+  EXPECT_NEAR(c.ce.item<double>(), torch::cross_entropy_loss(torch::mm(h, w.t()), t).item<double>(),
+              1e-5);
   EXPECT_THROW(linear_cross_entropy(h, w, t.narrow(0, 0, 9), 0.0, 4), c10::Error);
 }
 

@@ -1,7 +1,7 @@
 // Parameter names are checkpoint keys and the reference's weight names: pin them per scheme.
 #include <set>
 
-#include "normlab/model.h"
+#include "normlab/nn/model.h"
 #include "support.h"
 
 using namespace normlab;
@@ -29,12 +29,8 @@ Names expected(Scheme s) {
       case Scheme::PostNorm:
       case Scheme::DeepNorm:
       case Scheme::MixLn:
-      case Scheme::ResiDual:
-        add(block(l, {"attn_norm", "mlp_norm"}, false));
-        break;
-      case Scheme::HybridNorm:
-        add(block(l, {"mlp_norm"}, true));
-        break;
+      case Scheme::ResiDual: add(block(l, {"attn_norm", "mlp_norm"}, false)); break;
+      case Scheme::HybridNorm: add(block(l, {"mlp_norm"}, true)); break;
       case Scheme::HybridNormStar:
         add(l == 0 ? block(l, {"attn_norm", "mlp_norm"}, true) : block(l, {"mlp_norm"}, true));
         break;
@@ -42,7 +38,9 @@ Names expected(Scheme s) {
         add(block(l, {"attn_norm", "attn_out_norm", "mlp_norm", "mlp_out_norm"}, false));
         break;
       case Scheme::Siamese:
-        add(block(l, {"attn_post_norm", "attn_y_norm", "attn_in_norm", "mlp_post_norm", "mlp_y_norm", "mlp_in_norm"},
+        add(block(l,
+                  {"attn_post_norm", "attn_y_norm", "attn_in_norm", "mlp_post_norm", "mlp_y_norm",
+                   "mlp_in_norm"},
                   false));
         break;
       case Scheme::SiameseHybrid: {
@@ -54,17 +52,13 @@ Names expected(Scheme s) {
   }
   switch (s) {
     case Scheme::PostNorm:
-    case Scheme::DeepNorm:
-      break;
-    case Scheme::ResiDual:
-      n.insert("final_norm_y.weight");
-      break;
+    case Scheme::DeepNorm: break;
+    case Scheme::ResiDual: n.insert("final_norm_y.weight"); break;
     case Scheme::Siamese:
     case Scheme::SiameseHybrid:
       n.insert({"final_norm_x.weight", "final_norm_y.weight", "final_norm.weight"});
       break;
-    default:
-      n.insert("final_norm.weight");
+    default: n.insert("final_norm.weight");
   }
   return n;
 }

@@ -2,13 +2,15 @@
 // every flipped bit and truncation, resuming skips and sets aside a corrupted checkpoint,
 // interrupted saves leave nothing a reader would take for a checkpoint, and shard indexes that
 // point outside their folder or do not add up are rejected.
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "normlab/checkpoint.h"
-#include "normlab/file_io.h"
-#include "normlab/shard.h"
+#include "normlab/data/shard.h"
+#include "normlab/train/checkpoint.h"
+#include "normlab/util/file_io.h"
 #include "support.h"
 
 using namespace normlab;
@@ -20,7 +22,8 @@ Checkpoint small_checkpoint(int64_t step) {
   Checkpoint c;
   torch::manual_seed(step);
   c.model = {{"embed.weight", torch::randn({5, 3})}, {"norm.weight", torch::ones({3})}};
-  c.optimizer = {{"exp_avg.embed.weight", torch::randn({5, 3})}, {"step.embed.weight", torch::tensor({step})}};
+  c.optimizer = {{"exp_avg.embed.weight", torch::randn({5, 3})},
+                 {"step.embed.weight", torch::tensor({step})}};
   c.state.step = step;
   c.state.tokens = 100 * static_cast<uint64_t>(step);
   c.state.spike_window = {1.5, 2.5};
@@ -54,7 +57,8 @@ TEST(CheckpointIntegrity, StateListsEveryFileWithItsChecksum) {
   test::ScratchDir dir("ckpt_sum");
   const std::string ck = checkpoint_save(dir.path.string(), small_checkpoint(3), 2);
   const auto files = checkpoint_verify(ck);
-  EXPECT_EQ(files, (std::vector<std::string>{"config.yaml", "model.safetensors", "optimizer.safetensors"}));
+  EXPECT_EQ(files, (std::vector<std::string>{"config.yaml", "model.safetensors",
+                                             "optimizer.safetensors"}));
   const auto state = nlohmann::json::parse(read_file(ck + "/state.json"));
   for (const std::string& f : files) {
     const FileDigest d = file_digest(ck + "/" + f);
@@ -65,14 +69,16 @@ TEST(CheckpointIntegrity, StateListsEveryFileWithItsChecksum) {
   EXPECT_EQ(c.state.step, 3);
   EXPECT_TRUE(torch::equal(checkpoint_load_model(ck).at("norm.weight"), c.model.at("norm.weight")));
   EXPECT_EQ(c.state.spike_window, (std::vector<double>{1.5, 2.5}));
-  EXPECT_TRUE(torch::equal(c.model.at("embed.weight"), small_checkpoint(3).model.at("embed.weight")));
+  EXPECT_TRUE(
+      torch::equal(c.model.at("embed.weight"), small_checkpoint(3).model.at("embed.weight")));
 }
 
 TEST(CheckpointIntegrity, EveryFlippedBitAndEveryTruncationIsDetected) {
   test::ScratchDir dir("ckpt_flip");
   const std::string ck = checkpoint_save(dir.path.string(), small_checkpoint(4), 2);
   int flips = 0, detected = 0;
-  for (const std::string name : {"model.safetensors", "optimizer.safetensors", "config.yaml", "state.json"}) {
+  for (const std::string name :
+       {"model.safetensors", "optimizer.safetensors", "config.yaml", "state.json"}) {
     const fs::path path = fs::path(ck) / name;
     const std::string good = read_file(path.string());
     // One bit in every byte (the bit position rotates), then truncations.
@@ -82,8 +88,11 @@ TEST(CheckpointIntegrity, EveryFlippedBitAndEveryTruncationIsDetected) {
       write_bytes(path, bad);
       ++flips;
       const std::string why = failure_of(ck);
-      if (!why.empty()) ++detected;
-      else ADD_FAILURE() << name << ": flipping bit " << i % 8 << " of byte " << i << " went unnoticed";
+      if (!why.empty())
+        ++detected;
+      else
+        ADD_FAILURE() << name << ": flipping bit " << i % 8 << " of byte " << i
+                      << " went unnoticed";
     }
     for (size_t keep : {size_t{0}, good.size() / 2, good.size() - 1}) {
       write_bytes(path, good.substr(0, keep));
@@ -119,7 +128,8 @@ TEST(CheckpointIntegrity, ResumingSkipsAndSetsAsideCorruptedCheckpoints) {
   EXPECT_EQ(fs::path(*intact.dir).filename(), "step-00000002");
   ASSERT_EQ(intact.corrupted.size(), 2u);
   EXPECT_EQ(fs::path(intact.corrupted[0].first).filename(), "step-00000006");
-  EXPECT_NE(intact.corrupted[0].second.find("optimizer.safetensors: checksum mismatch"), std::string::npos);
+  EXPECT_NE(intact.corrupted[0].second.find("optimizer.safetensors: checksum mismatch"),
+            std::string::npos);
   EXPECT_NE(intact.corrupted[1].second.find("config.yaml: checksum mismatch"), std::string::npos);
   for (const auto& [d, why] : intact.corrupted) checkpoint_set_aside(d);
   EXPECT_TRUE(fs::is_directory(run + "/checkpoints/step-00000006.corrupted"));
@@ -148,6 +158,54 @@ TEST(CheckpointIntegrity, InterruptedSavesLeaveNoCheckpointAndAreCleanedUp) {
   EXPECT_EQ(failure_of(*checkpoint_latest(run)), "");
 }
 
+// The one atomic-folder writer (checkpoints, token shards, exports): a folder written half-way
+// never replaces the previous one, a committed one replaces it whole, and the leftovers of
+// killed writers are removed.
+TEST(AtomicFolder, FailedWritesKeepThePreviousFolderAndCommitsReplaceItWhole) {
+  test::ScratchDir dir("atomic_folder");
+  const fs::path out = dir / "export";
+  {
+    AtomicFolder f(out.string());
+    write_bytes(fs::path(f.path()) / "a.txt", "first");
+    f.commit();
+  }
+  auto listing = [&] {
+    std::string names;
+    for (const auto& e : fs::directory_iterator(dir.path))
+      names += e.path().filename().string() + ":";
+    return names;
+  };
+  EXPECT_EQ(listing(), "export:");
+  try {  // an exception half-way: the temporary folder goes, the previous folder stays
+    AtomicFolder f(out.string());
+    write_bytes(fs::path(f.path()) / "b.txt", "half");
+    EXPECT_TRUE(fs::exists(fs::path(f.path()) / "b.txt"));
+    throw std::runtime_error("disk full");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_EQ(listing(), "export:");
+  EXPECT_EQ(read_file((out / "a.txt").string()), "first");
+  EXPECT_FALSE(fs::exists(out / "b.txt"));
+  {
+    AtomicFolder f(out.string());
+    write_bytes(fs::path(f.path()) / "b.txt", "second");
+    f.commit();
+  }
+  EXPECT_EQ(listing(), "export:");  // no .old- folder is left either
+  EXPECT_FALSE(fs::exists(out / "a.txt"));
+  EXPECT_EQ(read_file((out / "b.txt").string()), "second");
+  // A killed writer's folders (its pid is above Linux's pid_max: no such process) are removed;
+  // a live process's are kept.
+  fs::create_directories(dir / "export.tmp-4194305");
+  fs::create_directories(dir / "export.old-4194306");
+  const fs::path live = dir / ("export.tmp-" + std::to_string(::getpid()));
+  fs::create_directories(live);
+  remove_stale_siblings(out.string());
+  EXPECT_FALSE(fs::exists(dir / "export.tmp-4194305"));
+  EXPECT_FALSE(fs::exists(dir / "export.old-4194306"));
+  EXPECT_TRUE(fs::exists(live));
+}
+
 TEST(CheckpointIntegrity, OlderCheckpointsWithoutChecksumsStillLoad) {
   test::ScratchDir dir("ckpt_old");
   const std::string ck = checkpoint_save(dir.path.string(), small_checkpoint(5), 1);
@@ -173,14 +231,19 @@ TEST(CheckpointIntegrity, HostileStateIsRejectedClearly) {
     write_bytes(ck + "/state.json", j.dump(2) + "\n");
     return failure_of(ck);
   };
-  EXPECT_NE(rewrite([](auto& j) { j["step"] = 1e30; }).find("step = 1e+30 is not an integer"), std::string::npos);
+  EXPECT_NE(rewrite([](auto& j) { j["step"] = 1e30; }).find("step = 1e+30 is not an integer"),
+            std::string::npos);
   EXPECT_NE(rewrite([](auto& j) { j["world_size"] = 1e12; }).find("world_size"), std::string::npos);
-  EXPECT_NE(rewrite([](auto& j) { j["files"]["../../etc/passwd"] = {{"bytes", 1}, {"crc32", 1}}; })
-                .find("not a file name in the checkpoint folder"),
+  EXPECT_NE(rewrite([](auto& j) {
+              j["files"]["../../etc/passwd"] = {{"bytes", 1}, {"crc32", 1}};
+            }).find("not a file name in the checkpoint folder"),
             std::string::npos);
-  EXPECT_NE(rewrite([](auto& j) { j["files"].erase("model.safetensors"); }).find("model.safetensors"),
-            std::string::npos);
-  EXPECT_NE(rewrite([](auto& j) { j["files"]["config.yaml"]["bytes"] = 3; }).find("truncated or corrupted"),
+  EXPECT_NE(
+      rewrite([](auto& j) { j["files"].erase("model.safetensors"); }).find("model.safetensors"),
+      std::string::npos);
+  EXPECT_NE(rewrite([](auto& j) {
+              j["files"]["config.yaml"]["bytes"] = 3;
+            }).find("truncated or corrupted"),
             std::string::npos);
   // A NaN loss is written as null and read back as NaN.
   EXPECT_EQ(rewrite([](auto& j) { j["last_loss"] = nullptr; }), "");
@@ -195,7 +258,9 @@ TEST(ShardIndexHostile, NamesOutsideTheFolderAndInconsistentCountsAreRejected) {
       {"tokenizer", {{"file", "t.model"}, {"crc32", 7}, {"vocab_size", 400}, {"eos_id", 2}}},
       {"splits",
        {{"train",
-         {{"documents", 1}, {"tokens", 30}, {"shards", {{{"file", "train-00000.bin"}, {"tokens", 30}, {"crc32", 1}}}}}}}}};
+         {{"documents", 1},
+          {"tokens", 30},
+          {"shards", {{{"file", "train-00000.bin"}, {"tokens", 30}, {"crc32", 1}}}}}}}}};
   EXPECT_EQ(shard_index_parse(good.dump(), "index.json").splits.at("train").tokens, 30u);
   auto error_of = [&](const std::function<void(nlohmann::json&)>& edit) -> std::string {
     nlohmann::json j = good;
@@ -207,17 +272,29 @@ TEST(ShardIndexHostile, NamesOutsideTheFolderAndInconsistentCountsAreRejected) {
     }
     return "";
   };
-  const auto shard0 = [](nlohmann::json& j) -> nlohmann::json& { return j["splits"]["train"]["shards"][0]; };
+  const auto shard0 = [](nlohmann::json& j) -> nlohmann::json& {
+    return j["splits"]["train"]["shards"][0];
+  };
   for (const std::string name : {"../train-00000.bin", "/etc/passwd", "sub/train.bin", "..", ""})
-    EXPECT_NE(error_of([&](auto& j) { shard0(j)["file"] = name; }).find("not a file name in the index's folder"),
+    EXPECT_NE(error_of([&](auto& j) {
+                shard0(j)["file"] = name;
+              }).find("not a file name in the index's folder"),
               std::string::npos)
         << name;
-  EXPECT_NE(error_of([&](auto& j) { j["splits"]["train"]["tokens"] = 31; }).find("its shards hold 30"),
+  EXPECT_NE(
+      error_of([&](auto& j) { j["splits"]["train"]["tokens"] = 31; }).find("its shards hold 30"),
+      std::string::npos);
+  EXPECT_NE(error_of([&](auto& j) {
+              shard0(j)["tokens"] = 1.8446744073709552e19;
+            }).find("must be an integer"),
             std::string::npos);
-  EXPECT_NE(error_of([&](auto& j) { shard0(j)["tokens"] = 1.8446744073709552e19; }).find("must be an integer"),
+  EXPECT_NE(error_of([&](auto& j) { shard0(j)["crc32"] = -1; }).find("must be an integer"),
             std::string::npos);
-  EXPECT_NE(error_of([&](auto& j) { shard0(j)["crc32"] = -1; }).find("must be an integer"), std::string::npos);
-  EXPECT_NE(error_of([&](auto& j) { j["version"] = 1e30; }).find("index version"), std::string::npos);
-  EXPECT_NE(error_of([&](auto& j) { j["tokenizer"]["eos_id"] = "x"; }).find("eos_id"), std::string::npos);
-  EXPECT_NE(error_of([](auto& j) { j = nlohmann::json::array(); }).find("not a normlab shard index"), std::string::npos);
+  EXPECT_NE(error_of([&](auto& j) { j["version"] = 1e30; }).find("index version"),
+            std::string::npos);
+  EXPECT_NE(error_of([&](auto& j) { j["tokenizer"]["eos_id"] = "x"; }).find("eos_id"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of([](auto& j) { j = nlohmann::json::array(); }).find("not a normlab shard index"),
+      std::string::npos);
 }

@@ -2,8 +2,8 @@
 // error before any large allocation.
 #include <fstream>
 
-#include "normlab/file_io.h"
-#include "normlab/safetensors.h"
+#include "normlab/util/file_io.h"
+#include "normlab/util/safetensors.h"
 #include "support.h"
 
 using namespace normlab;
@@ -58,7 +58,8 @@ TEST(Safetensors, RoundTripsEveryDtypeShapeAndMetadata) {
 
 TEST(Safetensors, HeaderIsPaddedToEightBytesAndDataTilesTheFile) {
   test::ScratchDir dir("st");
-  safetensors_save(dir / "b.safetensors", {{"a", torch::ones({3}, torch::kByte)}, {"b", torch::ones({2})}});
+  safetensors_save(dir / "b.safetensors",
+                   {{"a", torch::ones({3}, torch::kByte)}, {"b", torch::ones({2})}});
   const std::string bytes = read_file(dir / "b.safetensors");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
@@ -83,19 +84,32 @@ TEST(Safetensors, RejectsMalformedFilesWithClearErrors) {
       {"not json", file_with("{nope", ""), "not valid JSON"},
       {"not an object", file_with("[1,2]", ""), "does not start with '{'"},
       {"duplicate name", file_with("{" + ok_entry + "," + ok_entry + "}", data8), "appears twice"},
-      {"unknown dtype", file_with(R"({"t":{"dtype":"F7","shape":[2],"data_offsets":[0,8]}})", data8), "unsupported dtype"},
-      {"shape/offset mismatch", file_with(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data8),
+      {"unknown dtype",
+       file_with(R"({"t":{"dtype":"F7","shape":[2],"data_offsets":[0,8]}})", data8),
+       "unsupported dtype"},
+      {"shape/offset mismatch",
+       file_with(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data8),
        "different byte size"},
-      {"absurd shape", file_with(R"({"t":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}})", data8),
-       "overflows"},
-      {"negative dim", file_with(R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", data8), "non-negative"},
-      {"offsets past end", file_with(R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", data8), "cover 16 bytes"},
-      {"gap", file_with(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", data8), "leaving a gap"},
-      {"overlap",
-       file_with(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+      {"absurd shape",
+       file_with(R"({"t":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}})",
                  data8),
+       "overflows"},
+      {"negative dim",
+       file_with(R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", data8),
+       "non-negative"},
+      {"offsets past end",
+       file_with(R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", data8),
+       "cover 16 bytes"},
+      {"gap", file_with(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", data8),
+       "leaving a gap"},
+      {"overlap",
+       file_with(
+           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+           data8),
        "overlapping"},
-      {"end before begin", file_with(R"({"t":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", data8), "end < begin"},
+      {"end before begin",
+       file_with(R"({"t":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", data8),
+       "end < begin"},
       {"trailing bytes", file_with("{" + ok_entry + "}", data8 + "xx"), "-byte data section"},
       {"metadata not strings", file_with(R"({"__metadata__":{"a":1}})", ""), "is not a string"},
   };

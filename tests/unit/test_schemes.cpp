@@ -1,7 +1,7 @@
 // Properties every registered scheme must have; parametrised over the scheme table, so a new
 // scheme is covered by registering it.
-#include "normlab/model.h"
-#include "normlab/weights.h"
+#include "normlab/nn/model.h"
+#include "normlab/nn/weights.h"
 #include "support.h"
 
 using namespace normlab;
@@ -113,8 +113,10 @@ TEST_P(SchemeTest, BlockGradientsMatchFiniteDifferences) {
     auto& block = *model->scheme_blocks[l];
     const auto opts = torch::TensorOptions().dtype(torch::kDouble);
     torch::Tensor x = torch::randn({1, 3, cfg.d_model}, opts).requires_grad_();
-    torch::Tensor y = twin ? torch::randn({1, 3, cfg.d_model}, opts).requires_grad_() : torch::Tensor();
-    const torch::Tensor rx = torch::randn({1, 3, cfg.d_model}, opts), ry = torch::randn({1, 3, cfg.d_model}, opts);
+    torch::Tensor y =
+        twin ? torch::randn({1, 3, cfg.d_model}, opts).requires_grad_() : torch::Tensor();
+    const torch::Tensor rx = torch::randn({1, 3, cfg.d_model}, opts),
+                        ry = torch::randn({1, 3, cfg.d_model}, opts);
     auto objective = [&] {
       const Streams out = block.forward({x, y});
       torch::Tensor v = (out.x * rx).sum();
@@ -140,7 +142,8 @@ INSTANTIATE_TEST_SUITE_P(AllSchemes, SchemeTest, ::testing::ValuesIn(enum_values
                          scheme_test_name);
 
 TEST(Scheme, NamesRoundTripAndUnknownNamesListTheValidOnes) {
-  for (Scheme s : enum_values<Scheme>()) EXPECT_EQ(enum_from_name<Scheme>(enum_name(s), "scheme"), s);
+  for (Scheme s : enum_values<Scheme>())
+    EXPECT_EQ(enum_from_name<Scheme>(enum_name(s), "scheme"), s);
   try {
     enum_from_name<Scheme>("siamese_norm", "model.scheme");
     FAIL() << "no error";

@@ -2,11 +2,12 @@
 // point on disk, and the paper-style table. (Child processes: tests/cli/sweep.sh.)
 #include <fstream>
 
-#include "normlab/checkpoint.h"
-#include "normlab/config_io.h"
-#include "normlab/file_io.h"
-#include "normlab/sweep.h"
-#include "normlab/sweep_report.h"
+#include "normlab/config/config_io.h"
+#include "normlab/sweep/sweep.h"
+#include "normlab/sweep/sweep_report.h"
+#include "normlab/train/checkpoint.h"
+#include "normlab/util/error.h"
+#include "normlab/util/file_io.h"
 #include "support.h"
 
 using namespace normlab;
@@ -31,10 +32,14 @@ std::string error_of(F f) {
 
 std::string tiny_config() { return std::string(NORMLAB_SOURCE_DIR) + "/configs/tiny/lm.yaml"; }
 
-PointResult result(Scheme s, double lr, uint64_t seed, PointState st, double ppl = 0, int64_t diverged_at = 0,
-                   int64_t spikes = 0) {
+PointResult result(Scheme s, double lr, uint64_t seed, PointState st, double ppl = 0,
+                   int64_t diverged_at = 0, int64_t spikes = 0) {
   PointResult r;
-  r.point = {s, lr, seed, std::string(enum_name(s)) + "-lr" + lr_label(lr) + "-s" + std::to_string(seed), {}};
+  r.point = {s,
+             lr,
+             seed,
+             std::string(enum_name(s)) + "-lr" + lr_label(lr) + "-s" + std::to_string(seed),
+             {}};
   r.state = st;
   r.steps = r.steps_planned = 100;
   if (st == PointState::Completed) r.val_perplexity = ppl;
@@ -47,7 +52,8 @@ PointResult result(Scheme s, double lr, uint64_t seed, PointState st, double ppl
 
 TEST(Sweep, LearningRateListsAndLogRanges) {
   EXPECT_EQ(parse_lr_list("4e-4,1e-3,2e-3"), (std::vector<double>{4e-4, 1e-3, 2e-3}));
-  EXPECT_EQ(parse_lr_list("1e-4:1e-2:5"), (std::vector<double>{1e-4, 3.16e-4, 1e-3, 3.16e-3, 1e-2}));
+  EXPECT_EQ(parse_lr_list("1e-4:1e-2:5"),
+            (std::vector<double>{1e-4, 3.16e-4, 1e-3, 3.16e-3, 1e-2}));
   EXPECT_EQ(parse_lr_list("1e-3:8e-3:4"), (std::vector<double>{1e-3, 2e-3, 4e-3, 8e-3}));
   EXPECT_EQ(lr_label(4e-4), "4e-4");
   EXPECT_EQ(lr_label(3.16e-3), "3.16e-3");
@@ -89,8 +95,9 @@ TEST(Sweep, GridIsSchemeMajorWithEachPointsOverrides) {
   EXPECT_EQ(points[1].name, "pre_norm-lr1e-3-s5");
   EXPECT_EQ(points[2].name, "pre_norm-lr2e-3-s0");
   EXPECT_EQ(points[7].name, "siamese_hybrid-lr2e-3-s5");
-  EXPECT_EQ(points[7].overrides, (std::vector<std::string>{"train.steps=7", "model.scheme=siamese_hybrid",
-                                                            "optimizer.lr=0.002", "train.seed=5"}));
+  EXPECT_EQ(points[7].overrides,
+            (std::vector<std::string>{"train.steps=7", "model.scheme=siamese_hybrid",
+                                      "optimizer.lr=0.002", "train.seed=5"}));
   // What the child will load is exactly the point.
   const RunConfig c = config_load(spec.config, points[7].overrides);
   EXPECT_EQ(c.model.scheme, Scheme::SiameseHybrid);
@@ -110,12 +117,14 @@ TEST(Sweep, BadGridsFailBeforeAnythingRuns) {
   SweepSpec spec;
   spec.config = tiny_config();
   spec.overrides = {"train.stepz=3"};
-  EXPECT_NE(error_of([&] { sweep_points(spec); }).find("did you mean 'train.steps'"), std::string::npos);
+  EXPECT_NE(error_of([&] { sweep_points(spec); }).find("did you mean 'train.steps'"),
+            std::string::npos);
   spec.overrides = {"train.steps=-3"};
   EXPECT_NE(error_of([&] { sweep_points(spec); }).find("train.steps"), std::string::npos);
   spec.overrides = {};
   spec.schemes = {Scheme::PreNorm, Scheme::PreNorm};
-  EXPECT_NE(error_of([&] { sweep_points(spec); }).find("scheme pre_norm listed twice"), std::string::npos);
+  EXPECT_NE(error_of([&] { sweep_points(spec); }).find("scheme pre_norm listed twice"),
+            std::string::npos);
   spec.schemes = {};
   spec.config = "";
   EXPECT_NE(error_of([&] { sweep_points(spec); }).find("no base config"), std::string::npos);
@@ -140,7 +149,8 @@ TEST(Sweep, SweepFilesLoadAndRejectMistakes) {
       {"config: base.yaml\nschemes: [pre_norm]\n", "schemes: unknown key (did you mean 'scheme'?)"},
       {"scheme: [pre_norm]\n", "config: required"},
       {"config: base.yaml\nscheme: [pre_nrom]\n", "scheme: unknown value 'pre_nrom'"},
-      {"config: base.yaml\nlr: [1e-3, fast]\n", "lr: learning rates '1e-3,fast': 'fast' is not a positive number"},
+      {"config: base.yaml\nlr: [1e-3, fast]\n",
+       "lr: learning rates '1e-3,fast': 'fast' is not a positive number"},
       {"config: base.yaml\nlr: {a: 1}\n", "lr: expected a list or comma-separated text, got a map"},
       {"config: base.yaml\nseed: [-1]\n", "seed: expected an integer, got '-1'"},
       {"config: base.yaml\nset: [train.steps]\n", "set: expected section.key=value"},
@@ -155,7 +165,8 @@ TEST(Sweep, SweepFilesLoadAndRejectMistakes) {
     EXPECT_NE(err.find(expect), std::string::npos) << text << "got '" << err << "'";
     EXPECT_NE(err.find("bad.yaml"), std::string::npos) << err;
   }
-  EXPECT_NE(error_of([&] { sweep_load(dir / "missing.yaml"); }).find("sweep file not found"), std::string::npos);
+  EXPECT_NE(error_of([&] { sweep_load(dir / "missing.yaml"); }).find("sweep file not found"),
+            std::string::npos);
 }
 
 TEST(Sweep, ShippedSweepFilesLoad) {
@@ -163,7 +174,8 @@ TEST(Sweep, ShippedSweepFilesLoad) {
     const SweepSpec s = sweep_load(std::string(NORMLAB_SOURCE_DIR) + "/" + f);
     EXPECT_NO_THROW(sweep_points(s)) << f;
   }
-  const SweepSpec t = sweep_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/sweeps/paper_table1.yaml");
+  const SweepSpec t =
+      sweep_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/sweeps/paper_table1.yaml");
   EXPECT_EQ(t.schemes.size(), 6u);
   EXPECT_EQ(t.lrs, (std::vector<double>{4e-4, 1e-3, 2e-3}));
   EXPECT_EQ(config_load(t.config).model.d_model, 2048);
@@ -182,16 +194,35 @@ TEST(Sweep, MultiGpuRunsStartUnderTheLauncher) {
   p.overrides = {"model.scheme=pre_norm", "optimizer.lr=0.001"};
   using V = std::vector<std::string>;
   EXPECT_EQ(point_command(p, "c.yaml", "/bin/normlab", "out/r", false, 1, {}),
-            (V{"/bin/normlab", "train", "--config", "c.yaml", "--set", "model.scheme=pre_norm", "--set", "optimizer.lr=0.001",
-               "--out", "out/r", "--resume"}));
-  EXPECT_EQ(point_command(p, "c.yaml", "/bin/normlab", "out/r", true, 1, {"torchrun"}),
-            (V{"/bin/normlab", "train", "--config", "c.yaml", "--set", "model.scheme=pre_norm", "--set", "optimizer.lr=0.001",
-               "--set", "train.device=cuda", "--out", "out/r", "--resume"}));
-  EXPECT_EQ(point_command(p, "c.yaml", "/bin/normlab", "out/r", true, 4, {"/usr/bin/python3", "-m", "torch.distributed.run"}),
-            (V{"/usr/bin/python3", "-m", "torch.distributed.run", "--no-python", "--standalone", "--nproc-per-node", "4",
-               "/bin/normlab", "train", "--config", "c.yaml", "--set", "model.scheme=pre_norm", "--set",
-               "optimizer.lr=0.001", "--set", "train.device=cuda", "--out", "out/r", "--resume"}));
-  EXPECT_THROW(point_command(p, "c.yaml", "/bin/normlab", "out/r", true, 2, {}), std::invalid_argument);
+            (V{"/bin/normlab", "train", "--config", "c.yaml", "--set", "model.scheme=pre_norm",
+               "--set", "optimizer.lr=0.001", "--out", "out/r", "--resume"}));
+  EXPECT_EQ(
+      point_command(p, "c.yaml", "/bin/normlab", "out/r", true, 1, {"torchrun"}),
+      (V{"/bin/normlab", "train", "--config", "c.yaml", "--set", "model.scheme=pre_norm", "--set",
+         "optimizer.lr=0.001", "--set", "train.device=cuda", "--out", "out/r", "--resume"}));
+  EXPECT_EQ(point_command(p, "c.yaml", "/bin/normlab", "out/r", true, 4,
+                          {"/usr/bin/python3", "-m", "torch.distributed.run"}),
+            (V{"/usr/bin/python3",
+               "-m",
+               "torch.distributed.run",
+               "--no-python",
+               "--standalone",
+               "--nproc-per-node",
+               "4",
+               "/bin/normlab",
+               "train",
+               "--config",
+               "c.yaml",
+               "--set",
+               "model.scheme=pre_norm",
+               "--set",
+               "optimizer.lr=0.001",
+               "--set",
+               "train.device=cuda",
+               "--out",
+               "out/r",
+               "--resume"}));
+  EXPECT_THROW(point_command(p, "c.yaml", "/bin/normlab", "out/r", true, 2, {}), ConfigError);
 }
 
 TEST(Sweep, PointStateComesFromTheRunFolder) {
@@ -209,7 +240,8 @@ TEST(Sweep, PointStateComesFromTheRunFolder) {
   EXPECT_EQ(point_state(run), PointState::Completed);
   write(run + "/summary.json", R"({"status": "diverged", "steps": 4, "diverged_at": 5})");
   EXPECT_EQ(point_state(run), PointState::Diverged);
-  write(run + "/sweep_status.json", R"({"state": "crashed", "exit_code": 1})");  // the latest child failed
+  write(run + "/sweep_status.json",
+        R"({"state": "crashed", "exit_code": 1})");  // the latest child failed
   EXPECT_EQ(point_state(run), PointState::Crashed);
   const PointResult r = read_point_result(run, {Scheme::PreNorm, 1e-3, 0, "run", {}});
   EXPECT_EQ(r.exit_code, 1);
@@ -218,18 +250,22 @@ TEST(Sweep, PointStateComesFromTheRunFolder) {
 TEST(Sweep, CellsFollowThePapersTable) {
   using S = PointState;
   EXPECT_EQ(sweep_cell({result(Scheme::PreNorm, 1e-3, 0, S::Completed, 10.844)}).text, "10.84");
-  EXPECT_EQ(sweep_cell({result(Scheme::PreNorm, 1e-3, 0, S::Completed, 10.844, 0, 3)}).text, "10.84 (3 spikes)");
-  EXPECT_EQ(sweep_cell({result(Scheme::PreNorm, 1e-3, 0, S::Diverged, 0, 812)}).text, "diverged @ 812");
+  EXPECT_EQ(sweep_cell({result(Scheme::PreNorm, 1e-3, 0, S::Completed, 10.844, 0, 3)}).text,
+            "10.84 (3 spikes)");
+  EXPECT_EQ(sweep_cell({result(Scheme::PreNorm, 1e-3, 0, S::Diverged, 0, 812)}).text,
+            "diverged @ 812");
   // Seeds: mean ± sample standard deviation; any diverged seed makes the cell diverged.
   const SweepCell two = sweep_cell({result(Scheme::PreNorm, 1e-3, 0, S::Completed, 10.0, 0, 1),
                                     result(Scheme::PreNorm, 1e-3, 1, S::Completed, 12.0, 0, 1)});
   EXPECT_EQ(two.text, "11.00 ± 1.41 (2 spikes)");
   EXPECT_DOUBLE_EQ(*two.mean_perplexity, 11.0);
   EXPECT_EQ(sweep_cell({result(Scheme::PreNorm, 1e-3, 0, S::Completed, 10.0),
-                        result(Scheme::PreNorm, 1e-3, 1, S::Diverged, 0, 90)}).text,
+                        result(Scheme::PreNorm, 1e-3, 1, S::Diverged, 0, 90)})
+                .text,
             "diverged @ 90 (1/2 seeds)");
   EXPECT_EQ(sweep_cell({result(Scheme::PreNorm, 1e-3, 0, S::Completed, 10.0),
-                        result(Scheme::PreNorm, 1e-3, 1, S::Pending)}).text,
+                        result(Scheme::PreNorm, 1e-3, 1, S::Pending)})
+                .text,
             "pending (seed 1)");
   PointResult crashed = result(Scheme::PreNorm, 1e-3, 0, S::Crashed);
   crashed.exit_code = 1;
@@ -240,15 +276,23 @@ TEST(Sweep, CellsFollowThePapersTable) {
 TEST(Sweep, TableMarksTheBestLearningRatePerScheme) {
   using S = PointState;
   const std::vector<PointResult> rs = {
-      result(Scheme::PreNorm, 4e-4, 0, S::Completed, 11.21), result(Scheme::PreNorm, 1e-3, 0, S::Completed, 10.84),
-      result(Scheme::PreNorm, 2e-3, 0, S::Completed, 10.89), result(Scheme::PostNorm, 4e-4, 0, S::Completed, 12.5),
-      result(Scheme::PostNorm, 1e-3, 0, S::Diverged, 0, 300), result(Scheme::PostNorm, 2e-3, 0, S::Diverged, 0, 120),
+      result(Scheme::PreNorm, 4e-4, 0, S::Completed, 11.21),
+      result(Scheme::PreNorm, 1e-3, 0, S::Completed, 10.84),
+      result(Scheme::PreNorm, 2e-3, 0, S::Completed, 10.89),
+      result(Scheme::PostNorm, 4e-4, 0, S::Completed, 12.5),
+      result(Scheme::PostNorm, 1e-3, 0, S::Diverged, 0, 300),
+      result(Scheme::PostNorm, 2e-3, 0, S::Diverged, 0, 120),
   };
   const std::string md = sweep_markdown(rs, "test");
-  EXPECT_NE(md.find("| scheme | 4e-4 | 1e-3 | 2e-3 |\n|---|---|---|---|\n"), std::string::npos) << md;
+  EXPECT_NE(md.find("| scheme | 4e-4 | 1e-3 | 2e-3 |\n|---|---|---|---|\n"), std::string::npos)
+      << md;
   EXPECT_NE(md.find("| pre_norm | 11.21 | **10.84** | 10.89 |\n"), std::string::npos) << md;
-  EXPECT_NE(md.find("| post_norm | **12.50** | diverged @ 300 | diverged @ 120 |\n"), std::string::npos) << md;
+  EXPECT_NE(md.find("| post_norm | **12.50** | diverged @ 300 | diverged @ 120 |\n"),
+            std::string::npos)
+      << md;
   const std::string csv = sweep_csv(rs);
-  EXPECT_NE(csv.find("post_norm-lr2e-3-s0,post_norm,0.002,0,diverged,119,100,120,,,,0,,0.000\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("post_norm-lr2e-3-s0,post_norm,0.002,0,diverged,119,100,120,,,,0,,0.000\n"),
+            std::string::npos)
+      << csv;
   EXPECT_NE(sweep_json(rs, "t").find("\"pre_norm\": 0.001"), std::string::npos);
 }

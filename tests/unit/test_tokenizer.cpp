@@ -1,6 +1,6 @@
 // Tokenizer training, encoding and the exactness of the word cache used by data prepare.
-#include "normlab/text_input.h"
-#include "normlab/tokenizer.h"
+#include "normlab/data/text_input.h"
+#include "normlab/data/tokenizer.h"
 #include "support.h"
 
 using namespace normlab;

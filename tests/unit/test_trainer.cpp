@@ -5,13 +5,13 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "normlab/checkpoint.h"
-#include "normlab/config_io.h"
-#include "normlab/data_prepare.h"
-#include "normlab/export.h"
-#include "normlab/file_io.h"
-#include "normlab/trainer.h"
-#include "normlab/weights.h"
+#include "normlab/config/config_io.h"
+#include "normlab/data/data_prepare.h"
+#include "normlab/nn/weights.h"
+#include "normlab/train/checkpoint.h"
+#include "normlab/train/export.h"
+#include "normlab/train/trainer.h"
+#include "normlab/util/file_io.h"
 #include "support.h"
 
 using namespace normlab;
@@ -36,12 +36,24 @@ class TrainerTest : public ::testing::Test {
     dir_ = nullptr;
   }
   static RunConfig config(std::vector<std::string> extra = {}) {
-    std::vector<std::string> s = {
-        "model.scheme=siamese_hybrid", "model.vocab_size=400", "model.d_model=32", "model.n_layers=2",
-        "model.n_heads=4", "model.d_ff=64", "data.train=" + *dir_ / "shards", "data.seq_len=16",
-        "data.tokenizer=" + test::test_tokenizer_path(), "train.steps=8", "train.global_batch=4",
-        "train.micro_batch=2", "scheduler.warmup_steps=2", "eval.every=4", "eval.batches=2",
-        "checkpoint.every=4", "checkpoint.keep=5", "optimizer.lr=0.003"};
+    std::vector<std::string> s = {"model.scheme=siamese_hybrid",
+                                  "model.vocab_size=400",
+                                  "model.d_model=32",
+                                  "model.n_layers=2",
+                                  "model.n_heads=4",
+                                  "model.d_ff=64",
+                                  "data.train=" + *dir_ / "shards",
+                                  "data.seq_len=16",
+                                  "data.tokenizer=" + test::test_tokenizer_path(),
+                                  "train.steps=8",
+                                  "train.global_batch=4",
+                                  "train.micro_batch=2",
+                                  "scheduler.warmup_steps=2",
+                                  "eval.every=4",
+                                  "eval.batches=2",
+                                  "checkpoint.every=4",
+                                  "checkpoint.keep=5",
+                                  "optimizer.lr=0.003"};
     s.insert(s.end(), extra.begin(), extra.end());
     return config_load("", s);
   }
@@ -69,7 +81,7 @@ test::ScratchDir* TrainerTest::dir_ = nullptr;
 
 TEST_F(TrainerTest, CompletesAndWritesItsOutputs) {
   test::ScratchDir run("run");
-  const TrainSummary s = train(config(), options(run.path));
+  const RunSummary s = train(config(), options(run.path));
   EXPECT_EQ(s.status, RunStatus::Completed);
   EXPECT_EQ(s.steps, 8);
   EXPECT_GT(s.final_val_loss, 0.0);
@@ -80,8 +92,10 @@ TEST_F(TrainerTest, CompletesAndWritesItsOutputs) {
   EXPECT_NE(summary.find("\"status\": \"completed\""), std::string::npos) << summary;
   // Throughput is total tokens over total time, and the attention kernel is named.
   const auto j = nlohmann::json::parse(summary);
-  EXPECT_NEAR(j.at("tokens_per_s").get<double>(), static_cast<double>(s.tokens) / s.wall_seconds, 1e-6 * j.at("tokens_per_s").get<double>());
-  EXPECT_THAT(j.at("attention_backend").get<std::string>(), testing::AnyOf("flash", "math", "efficient"));
+  EXPECT_NEAR(j.at("tokens_per_s").get<double>(), static_cast<double>(s.tokens) / s.wall_seconds,
+              1e-6 * j.at("tokens_per_s").get<double>());
+  EXPECT_THAT(j.at("attention_backend").get<std::string>(),
+              testing::AnyOf("flash", "math", "efficient"));
   EXPECT_FALSE(j.contains("mfu")) << "MFU is a CUDA figure";
   EXPECT_TRUE(fs::exists(run / "checkpoints/step-00000004/model.safetensors"));
   EXPECT_TRUE(fs::exists(run / "checkpoints/step-00000008/state.json"));
@@ -93,17 +107,20 @@ TEST_F(TrainerTest, CompletesAndWritesItsOutputs) {
 TEST_F(TrainerTest, ResumeIsBitwiseExact) {
   test::ScratchDir a("run"), b("run");
   train(config(), options(a.path));
-  const TrainSummary first = train(config(), options(b.path, false, /*stop_after=*/3));
+  const RunSummary first = train(config(), options(b.path, false, /*stop_after=*/3));
   EXPECT_EQ(first.status, RunStatus::Interrupted);
   EXPECT_EQ(first.steps, 3);
-  const TrainSummary second = train(config(), options(b.path, /*resume=*/true));
+  const RunSummary second = train(config(), options(b.path, /*resume=*/true));
   EXPECT_EQ(second.status, RunStatus::Completed);
   EXPECT_EQ(losses(a.path.string()), losses(b.path.string()));
   const Checkpoint ca = checkpoint_load(a / "checkpoints/step-00000008");
   const Checkpoint cb = checkpoint_load(b / "checkpoints/step-00000008");
   for (const auto& [name, t] : ca.model) EXPECT_TRUE(torch::equal(t, cb.model.at(name))) << name;
-  for (const auto& [name, t] : ca.optimizer) EXPECT_TRUE(torch::equal(t, cb.optimizer.at(name))) << name;
-  auto val_line = [](const std::string& summary) { return summary.substr(summary.find("\"final_val_loss\"")).substr(0, 40); };
+  for (const auto& [name, t] : ca.optimizer)
+    EXPECT_TRUE(torch::equal(t, cb.optimizer.at(name))) << name;
+  auto val_line = [](const std::string& summary) {
+    return summary.substr(summary.find("\"final_val_loss\"")).substr(0, 40);
+  };
   EXPECT_EQ(val_line(read_file(a / "summary.json")), val_line(read_file(b / "summary.json")));
 }
 
@@ -113,9 +130,10 @@ TEST_F(TrainerTest, RecomputeAndChunkedLossKeepTheLosses) {
   test::ScratchDir plain("run");
   train(config({"checkpoint.every=0", "eval.every=0"}), options(plain.path));
   const std::vector<double> ref = losses(plain.path.string());
-  for (const auto& extra : std::vector<std::vector<std::string>>{{"train.activation_checkpointing=block"},
-                                                                 {"train.activation_checkpointing=selective"},
-                                                                 {"train.loss_chunk_rows=5"}}) {
+  for (const auto& extra :
+       std::vector<std::vector<std::string>>{{"train.activation_checkpointing=block"},
+                                             {"train.activation_checkpointing=selective"},
+                                             {"train.loss_chunk_rows=5"}}) {
     SCOPED_TRACE(extra[0]);
     test::ScratchDir run("run");
     std::vector<std::string> e = extra;
@@ -123,28 +141,31 @@ TEST_F(TrainerTest, RecomputeAndChunkedLossKeepTheLosses) {
     EXPECT_EQ(train(config(e), options(run.path)).status, RunStatus::Completed);
     const std::vector<double> got = losses(run.path.string());
     ASSERT_EQ(got.size(), ref.size());
-    for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(got[i], ref[i], 1e-5 * ref[i]) << "step " << i + 1;
+    for (size_t i = 0; i < ref.size(); ++i)
+      EXPECT_NEAR(got[i], ref[i], 1e-5 * ref[i]) << "step " << i + 1;
   }
 }
 
 TEST_F(TrainerTest, AHugeLearningRateEndsAsDiverged) {
   test::ScratchDir run("run");
-  const TrainSummary s = train(config({"optimizer.lr=1e12", "optimizer.grad_clip=0", "scheduler.warmup_steps=0"}),
-                               options(run.path));
+  const RunSummary s =
+      train(config({"optimizer.lr=1e12", "optimizer.grad_clip=0", "scheduler.warmup_steps=0"}),
+            options(run.path));
   EXPECT_EQ(s.status, RunStatus::Diverged);
   EXPECT_EQ(exit_code(s.status), 3);
   EXPECT_GT(s.diverged_at, 0);
   EXPECT_LE(s.diverged_at, 8);
   const std::string summary = read_file(run / "summary.json");
   EXPECT_NE(summary.find("\"status\": \"diverged\""), std::string::npos) << summary;
-  EXPECT_NE(summary.find("\"diverged_at\": " + std::to_string(s.diverged_at)), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"diverged_at\": " + std::to_string(s.diverged_at)), std::string::npos)
+      << summary;
 }
 
 TEST_F(TrainerTest, NonFiniteStepsCanBeSkippedInstead) {
   test::ScratchDir run("run");
-  const TrainSummary s = train(config({"optimizer.lr=1e12", "optimizer.grad_clip=0", "scheduler.warmup_steps=0",
-                                       "train.skip_nonfinite=true"}),
-                               options(run.path));
+  const RunSummary s = train(config({"optimizer.lr=1e12", "optimizer.grad_clip=0",
+                                     "scheduler.warmup_steps=0", "train.skip_nonfinite=true"}),
+                             options(run.path));
   EXPECT_EQ(s.status, RunStatus::Completed);
   EXPECT_GT(s.skipped_steps, 0);
 }
@@ -160,19 +181,26 @@ TEST_F(TrainerTest, RefusesUnsafeRunFoldersAndMismatchedData) {
     }
     return "";
   };
-  EXPECT_NE(error(config({"train.steps=2"}), options(run.path)).find("already holds checkpoints"), std::string::npos);
-  EXPECT_NE(error(config({"train.steps=4", "model.d_ff=96"}), options(run.path, true)).find("changed architecture"),
+  EXPECT_NE(error(config({"train.steps=2"}), options(run.path)).find("already holds checkpoints"),
             std::string::npos);
-  EXPECT_NE(error(config({"model.vocab_size=300"}), options(run / "x")).find("more than model.vocab_size = 300"),
+  EXPECT_NE(error(config({"train.steps=4", "model.d_ff=96"}), options(run.path, true))
+                .find("changed architecture"),
             std::string::npos);
-  EXPECT_NE(error(config({"data.train=" + *dir_ / "nowhere"}), options(run / "y")).find("index.json: not found"),
+  EXPECT_NE(error(config({"model.vocab_size=300"}), options(run / "x"))
+                .find("more than model.vocab_size = 300"),
             std::string::npos);
-  EXPECT_NE(error(config({"data.train="}), options(run / "z")).find("data.train is empty"), std::string::npos);
-  EXPECT_NE(error(config({"train.precision=bf16", "train.device=cpu"}), options(run / "w")).find("needs a CUDA device"),
+  EXPECT_NE(error(config({"data.train=" + *dir_ / "nowhere"}), options(run / "y"))
+                .find("index.json: not found"),
+            std::string::npos);
+  EXPECT_NE(error(config({"data.train="}), options(run / "z")).find("data.train is empty"),
+            std::string::npos);
+  EXPECT_NE(error(config({"train.precision=bf16", "train.device=cpu"}), options(run / "w"))
+                .find("needs a CUDA device"),
             std::string::npos);
   {  // another process training in the folder (its lock held) is refused, not joined
     const FileLock other(run / ".lock", "test");
-    EXPECT_NE(error(config({"train.steps=3"}), options(run.path, true)).find(".lock: in use by another process"),
+    EXPECT_NE(error(config({"train.steps=3"}), options(run.path, true))
+                  .find(".lock: in use by another process"),
               std::string::npos);
     EXPECT_TRUE(FileLock::busy(run / ".lock"));
   }
@@ -201,7 +229,8 @@ TEST_F(TrainerTest, DiagnosticsObserveWithoutChangingTheRun) {
   test::ScratchDir off("run"), on("run"), resumed("run");
   train(config(), options(off.path));
   EXPECT_FALSE(fs::exists(off / "diagnostics.jsonl"));
-  const std::vector<std::string> diag = {"diagnostics.every=3", "diagnostics.pruning=true", "diagnostics.batch=2"};
+  const std::vector<std::string> diag = {"diagnostics.every=3", "diagnostics.pruning=true",
+                                         "diagnostics.batch=2"};
   train(config(diag), options(on.path));
   EXPECT_EQ(losses(off.path.string()), losses(on.path.string()));
   const Checkpoint a = checkpoint_load(off / "checkpoints/step-00000008");
@@ -218,9 +247,11 @@ TEST_F(TrainerTest, DiagnosticsObserveWithoutChangingTheRun) {
   };
   EXPECT_EQ(steps_of(on / "diagnostics.jsonl"), (std::vector<int64_t>{3, 6, 8}));
 
-  train(config(diag), options(resumed.path, false, /*stop_after=*/7));  // lines 3 and 6, checkpoint at 7
+  train(config(diag),
+        options(resumed.path, false, /*stop_after=*/7));  // lines 3 and 6, checkpoint at 7
   {  // a line past the checkpoint, as if the process died after writing it
-    std::ofstream(resumed / "diagnostics.jsonl", std::ios::app) << R"({"step":99,"pruning":[]})" << "\n";
+    std::ofstream(resumed / "diagnostics.jsonl", std::ios::app) << R"({"step":99,"pruning":[]})"
+                                                                << "\n";
   }
   train(config(diag), options(resumed.path, /*resume=*/true));
   EXPECT_EQ(steps_of(resumed / "diagnostics.jsonl"), (std::vector<int64_t>{3, 6, 8}));

@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <functional>
 
-#include "normlab/fused.h"
+#include "normlab/nn/fused.h"
 
 using Clock = std::chrono::steady_clock;
 
@@ -47,14 +47,17 @@ int main(int argc, char** argv) {
     return 0;
   }
   const torch::Device cuda(torch::kCUDA);
-  std::printf("add + RMSNorm over (%lld, %lld), forward + backward, median of %d\n", static_cast<long long>(rows),
-              static_cast<long long>(cols), reps);
+  std::printf("add + RMSNorm over (%lld, %lld), forward + backward, median of %d\n",
+              static_cast<long long>(rows), static_cast<long long>(cols), reps);
   std::printf("  %-22s %10s %10s %7s\n", "stream / branch", "ATen ms", "normlab ms", "ratio");
-  for (const auto& [s, bt, name] : {std::tuple{torch::kFloat, torch::kBFloat16, "fp32 / bf16 (autocast)"},
-                                    std::tuple{torch::kFloat, torch::kFloat, "fp32 / fp32"},
-                                    std::tuple{torch::kBFloat16, torch::kBFloat16, "bf16 / bf16"}}) {
-    const torch::Tensor x = torch::randn({rows, cols}, torch::TensorOptions(cuda).dtype(s)).requires_grad_();
-    const torch::Tensor b = torch::randn({rows, cols}, torch::TensorOptions(cuda).dtype(bt)).requires_grad_();
+  for (const auto& [s, bt, name] :
+       {std::tuple{torch::kFloat, torch::kBFloat16, "fp32 / bf16 (autocast)"},
+        std::tuple{torch::kFloat, torch::kFloat, "fp32 / fp32"},
+        std::tuple{torch::kBFloat16, torch::kBFloat16, "bf16 / bf16"}}) {
+    const torch::Tensor x =
+        torch::randn({rows, cols}, torch::TensorOptions(cuda).dtype(s)).requires_grad_();
+    const torch::Tensor b =
+        torch::randn({rows, cols}, torch::TensorOptions(cuda).dtype(bt)).requires_grad_();
     const torch::Tensor w = torch::ones({cols}, cuda).requires_grad_();
     const torch::Tensor gr = torch::randn_like(x), gn = torch::randn_like(x);
     const auto step = [&](bool fused) {
@@ -71,7 +74,8 @@ int main(int argc, char** argv) {
       std::printf("  %-22s not fusable in this build\n", name);
       continue;
     }
-    const double aten = time_ms([&] { step(false); }, reps), ours = time_ms([&] { step(true); }, reps);
+    const double aten = time_ms([&] { step(false); }, reps),
+                 ours = time_ms([&] { step(true); }, reps);
     std::printf("  %-22s %10.3f %10.3f %6.2fx\n", name, aten, ours, aten / ours);
   }
   return 0;

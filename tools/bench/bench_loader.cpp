@@ -7,9 +7,9 @@
 #include <chrono>
 #include <cstdio>
 
-#include "normlab/config_io.h"
-#include "normlab/loader.h"
-#include "normlab/model.h"
+#include "normlab/config/config_io.h"
+#include "normlab/data/loader.h"
+#include "normlab/nn/model.h"
 
 using namespace normlab;
 using Clock = std::chrono::steady_clock;
@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   const RunConfig cfg = config_load(config);
-  const auto dataset = std::make_shared<TokenDataset>(data.empty() ? cfg.data.train : data, "train", cfg.data.seq_len);
+  const auto dataset = std::make_shared<TokenDataset>(data.empty() ? cfg.data.train : data, "train",
+                                                      cfg.data.seq_len);
   LoaderOptions lo;
   lo.micro_batch = cfg.train.micro_batch;
   lo.global_batch = cfg.train.global_batch;
@@ -36,7 +37,8 @@ int main(int argc, char** argv) {
   const auto l0 = Clock::now();
   double loader_s = 0;
   for (int64_t step = 0; loader_s < 1.0; ++step) {
-    for (int64_t m = 0; m < loader.micro_steps(); ++m) loaded += loader.batch(step, m).inputs.numel();
+    for (int64_t m = 0; m < loader.micro_steps(); ++m)
+      loaded += loader.batch(step, m).inputs.numel();
     loader_s = std::chrono::duration<double>(Clock::now() - l0).count();
   }
   const double loader_tps = static_cast<double>(loaded) / loader_s;
@@ -44,14 +46,16 @@ int main(int argc, char** argv) {
   // Training steps of the configured model (one untimed warm-up).
   torch::manual_seed(0);
   DecoderLM model(cfg.model);
-  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(cfg.optimizer.lr)
-                                                    .betas({cfg.optimizer.beta1, cfg.optimizer.beta2})
-                                                    .weight_decay(cfg.optimizer.weight_decay));
+  torch::optim::AdamW opt(model->parameters(),
+                          torch::optim::AdamWOptions(cfg.optimizer.lr)
+                              .betas({cfg.optimizer.beta1, cfg.optimizer.beta2})
+                              .weight_decay(cfg.optimizer.weight_decay));
   auto train_step = [&](int64_t step) {
     opt.zero_grad();
     for (int64_t m = 0; m < loader.micro_steps(); ++m) {
       const Batch b = loader.batch(step, m);
-      (model->loss(b.inputs, b.targets).loss / static_cast<double>(loader.micro_steps())).backward();
+      (model->loss(b.inputs, b.targets).loss / static_cast<double>(loader.micro_steps()))
+          .backward();
     }
     opt.step();
   };
@@ -64,8 +68,8 @@ int main(int argc, char** argv) {
   std::printf("loader vs CPU training step, %s (%s, %d threads):\n", config.c_str(),
               std::string(enum_name(cfg.model.scheme)).c_str(), at::get_num_threads());
   std::printf("  loader          %12.0f tokens/s\n", loader_tps);
-  std::printf("  training step   %12.0f tokens/s  (%.2f s per step of %.0f tokens)\n", train_tps, train_s / steps,
-              tokens_per_step);
+  std::printf("  training step   %12.0f tokens/s  (%.2f s per step of %.0f tokens)\n", train_tps,
+              train_s / steps, tokens_per_step);
   std::printf("  ratio (loader / training)  %.0fx\n", loader_tps / train_tps);
   return 0;
 }

@@ -7,12 +7,12 @@
 #include <iostream>
 
 #include "command.h"
-#include "normlab/device.h"
-#include "normlab/diagnostics.h"
-#include "normlab/export.h"
-#include "normlab/file_io.h"
-#include "normlab/loader.h"
-#include "normlab/shard.h"
+#include "normlab/data/loader.h"
+#include "normlab/data/shard.h"
+#include "normlab/eval/diagnostics.h"
+#include "normlab/train/export.h"
+#include "normlab/util/device.h"
+#include "normlab/util/file_io.h"
 #include "python_tool.h"
 
 namespace normlab::cli {
@@ -24,8 +24,9 @@ namespace {
 // branch gradients, the logit-lens agreement and the pruning loss.
 void print_table(const DiagnosticsReport& r, int64_t n_layers) {
   const bool twin = r.rms.size() > 1;
-  std::printf("%6s %10s%s %10s%s %10s %10s %8s%s %10s\n", "layer", "rms x", twin ? "      rms y" : "", "grad x",
-              twin ? "     grad y" : "", "attn grad", "mlp grad", "lens x", twin ? "   lens y" : "", "pruned loss");
+  std::printf("%6s %10s%s %10s%s %10s %10s %8s%s %10s\n", "layer", "rms x",
+              twin ? "      rms y" : "", "grad x", twin ? "     grad y" : "", "attn grad",
+              "mlp grad", "lens x", twin ? "   lens y" : "", "pruned loss");
   auto at = [](const std::vector<PerStream>& v, size_t s, size_t i) {
     return s < v.size() && i < v[s].values.size() ? v[s].values[i] : std::nan("");
   };
@@ -47,7 +48,8 @@ void print_table(const DiagnosticsReport& r, int64_t n_layers) {
   if (r.pruning_base) std::printf(" (pruned loss: the same with that block skipped)");
   std::printf("\n");
   for (const auto& g : r.gains)
-    if (g.layer < 0) std::printf("final fusion gains: x %.3f, y %.3f (ratio %.3f)\n", g.x_gain, g.y_gain, g.ratio);
+    if (g.layer < 0)
+      std::printf("final fusion gains: x %.3f, y %.3f (ratio %.3f)\n", g.x_gain, g.y_gain, g.ratio);
 }
 
 }  // namespace
@@ -59,14 +61,18 @@ Runner setup_analyze(CLI::App& sub) {
     bool no_pruning = false, no_plots = false;
   };
   auto o = std::make_shared<Options>();
-  sub.add_option("--checkpoint", o->checkpoint, "run folder (newest checkpoint), checkpoint folder or export folder")
+  sub.add_option("--checkpoint", o->checkpoint,
+                 "run folder (newest checkpoint), checkpoint folder or export folder")
       ->required();
   sub.add_option("--data", o->data, "token shard folder (normlab data prepare)")->required();
   sub.add_option("--split", o->split, "val or train (default: val when the folder has it)");
   sub.add_option("--out", o->out, "output folder: diagnostics.jsonl and the plots")->required();
-  sub.add_option("--batch", o->batch, "sequences of the batch (the first of the split)")->capture_default_str();
-  sub.add_option("--seq-len", o->seq_len, "tokens per sequence (default: the run's data.seq_len, else 256)");
-  sub.add_option("--top-k", o->top_k, "massive activations kept per layer and stream")->capture_default_str();
+  sub.add_option("--batch", o->batch, "sequences of the batch (the first of the split)")
+      ->capture_default_str();
+  sub.add_option("--seq-len", o->seq_len,
+                 "tokens per sequence (default: the run's data.seq_len, else 256)");
+  sub.add_option("--top-k", o->top_k, "massive activations kept per layer and stream")
+      ->capture_default_str();
   sub.add_option("--device", o->device, "cpu, cuda or cuda:N")->capture_default_str();
   sub.add_flag("--no-pruning", o->no_pruning, "skip the pruning curve (n_layers forward passes)");
   sub.add_flag("--no-plots", o->no_plots, "do not run tools/plot_diagnostics.py");
@@ -79,26 +85,30 @@ Runner setup_analyze(CLI::App& sub) {
     const ShardIndex index = shard_index_read(o->data);
     std::string split = o->split;
     if (split.empty()) split = index.splits.count("val") ? "val" : "train";
-    if (!index.splits.count(split)) throw std::invalid_argument(o->data + ": no split '" + split + "'");
+    if (!index.splits.count(split))
+      throw std::invalid_argument(o->data + ": no split '" + split + "'");
     check_vocabulary(index, o->data, m.model->config.vocab_size, "");
     const auto data = std::make_shared<TokenDataset>(o->data, split, seq_len);
     if (data->num_samples() < 1)
-      throw std::invalid_argument(o->data + ": split '" + split + "' holds less than one sequence of " +
+      throw std::invalid_argument(o->data + ": split '" + split +
+                                  "' holds less than one sequence of " +
                                   std::to_string(seq_len + 1) + " tokens");
     const Batch b = ValLoader(data, std::min<int64_t>(o->batch, data->num_samples())).batch(0);
 
     DiagnosticsOptions opts;
     opts.top_k = o->top_k;
     opts.pruning = !o->no_pruning;
-    DiagnosticsReport r = run_diagnostics(*m.model, b.inputs.to(device), b.targets.to(device), opts);
+    DiagnosticsReport r =
+        run_diagnostics(*m.model, b.inputs.to(device), b.targets.to(device), opts);
     r.step = m.step;
     fs::create_directories(o->out);
     const std::string line = diagnostics_json(r) + "\n";
     const std::string path = (fs::path(o->out) / "diagnostics.jsonl").string();
     write_file_atomic(path, [&](FileWriter& w) { w.write(line); });
 
-    std::cout << "model " << m.from << " (" << enum_name(m.model->config.scheme) << ", step " << m.step << "), "
-              << b.inputs.size(0) << " x " << seq_len << " tokens of " << o->data << " (" << split << ")\n";
+    std::cout << "model " << m.from << " (" << enum_name(m.model->config.scheme) << ", step "
+              << m.step << "), " << b.inputs.size(0) << " x " << seq_len << " tokens of " << o->data
+              << " (" << split << ")\n";
     print_table(r, m.model->config.n_layers);
     if (!o->no_plots) run_python_tool("plot_diagnostics.py", {path, o->out}, "plots");
     std::cout << "diagnostics: " << path << "\n";

@@ -12,8 +12,8 @@
 #include <iostream>
 
 #include "command.h"
-#include "normlab/checkpoint.h"
-#include "normlab/file_io.h"
+#include "normlab/train/checkpoint.h"
+#include "normlab/util/file_io.h"
 
 namespace normlab::cli {
 
@@ -23,13 +23,23 @@ Runner setup_checkpoint(CLI::App& sub) {
   };
   auto o = std::make_shared<Options>();
   sub.require_subcommand(1);
-  CLI::App* cons = sub.add_subcommand("consolidate", "join a sharded checkpoint's pieces into a whole checkpoint of a new run folder");
-  cons->add_option("--checkpoint", o->checkpoint, "checkpoint folder (RUN_DIR/checkpoints/step-N)")->required()->check(CLI::ExistingDirectory);
-  cons->add_option("--out", o->out, "the new run folder (must not hold checkpoints yet)")->required();
+  CLI::App* cons = sub.add_subcommand(
+      "consolidate",
+      "join a sharded checkpoint's pieces into a whole checkpoint of a new run folder");
+  cons->add_option("--checkpoint", o->checkpoint, "checkpoint folder (RUN_DIR/checkpoints/step-N)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  cons->add_option("--out", o->out, "the new run folder (must not hold checkpoints yet)")
+      ->required();
   CLI::App* insp = sub.add_subcommand("inspect", "step, world size and files of a checkpoint");
-  insp->add_option("--checkpoint", o->checkpoint, "checkpoint folder")->required()->check(CLI::ExistingDirectory);
-  CLI::App* ver = sub.add_subcommand("verify", "check a checkpoint's files (or every checkpoint of a run) against their checksums");
-  ver->add_option("--checkpoint", o->checkpoint, "checkpoint folder, or a run folder (all its checkpoints)")
+  insp->add_option("--checkpoint", o->checkpoint, "checkpoint folder")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  CLI::App* ver = sub.add_subcommand(
+      "verify",
+      "check a checkpoint's files (or every checkpoint of a run) against their checksums");
+  ver->add_option("--checkpoint", o->checkpoint,
+                  "checkpoint folder, or a run folder (all its checkpoints)")
       ->required()
       ->check(CLI::ExistingDirectory);
   return [o, cons, ver] {
@@ -40,11 +50,14 @@ Runner setup_checkpoint(CLI::App& sub) {
         dirs.push_back(o->checkpoint);
       } else {
         if (!fs::is_directory(fs::path(o->checkpoint) / "checkpoints"))
-          throw std::invalid_argument(o->checkpoint + ": neither a checkpoint folder nor a run folder with checkpoints");
-        // The run's checkpoints (step-N); set-aside (step-N.corrupted) and temporary folders are not.
+          throw std::invalid_argument(
+              o->checkpoint + ": neither a checkpoint folder nor a run folder with checkpoints");
+        // The run's checkpoints (step-N); set-aside (step-N.corrupted) and temporary folders are
+        // not.
         for (const auto& e : fs::directory_iterator(fs::path(o->checkpoint) / "checkpoints")) {
           const std::string name = e.path().filename().string();
-          if (name.rfind("step-", 0) == 0 && name.find_first_not_of("0123456789", 5) == std::string::npos &&
+          if (name.rfind("step-", 0) == 0 &&
+              name.find_first_not_of("0123456789", 5) == std::string::npos &&
               fs::exists(e.path() / "state.json"))
             dirs.push_back(e.path().string());
         }
@@ -68,21 +81,26 @@ Runner setup_checkpoint(CLI::App& sub) {
     }
     if (!cons->parsed()) {
       const Checkpoint c = checkpoint_load(o->checkpoint);
-      std::cout << "step " << c.state.step << ", written by " << c.world << (c.world == 1 ? " process" : " ranks (sharded)")
-                << ", " << c.state.tokens << " tokens\n";
+      std::cout << "step " << c.state.step << ", written by " << c.world
+                << (c.world == 1 ? " process" : " ranks (sharded)") << ", " << c.state.tokens
+                << " tokens\n";
       for (const auto& e : fs::directory_iterator(o->checkpoint))
-        std::cout << "  " << e.path().filename().string() << "  " << (e.is_regular_file() ? fs::file_size(e) : 0) << " bytes\n";
+        std::cout << "  " << e.path().filename().string() << "  "
+                  << (e.is_regular_file() ? fs::file_size(e) : 0) << " bytes\n";
       return 0;
     }
     if (checkpoint_latest(o->out))
-      throw std::invalid_argument(o->out + " already holds checkpoints: choose a new run folder for the consolidated one");
+      throw std::invalid_argument(
+          o->out + " already holds checkpoints: choose a new run folder for the consolidated one");
     const Checkpoint c = checkpoint_consolidate(o->checkpoint);
     fs::create_directories(o->out);
-    write_file_atomic((fs::path(o->out) / "config.yaml").string(), [&](FileWriter& w) { w.write(c.config_yaml); });
+    write_file_atomic((fs::path(o->out) / "config.yaml").string(),
+                      [&](FileWriter& w) { w.write(c.config_yaml); });
     const std::string dir = checkpoint_save(o->out, c, 1);
-    std::cout << "consolidated " << c.world << " -> " << dir << " (" << c.model.size() << " parameters); continue with "
-              << "`normlab train --config " << (fs::path(o->out) / "config.yaml").string() << " --out " << o->out
-              << " --resume` on any number of ranks\n";
+    std::cout << "consolidated " << c.world << " -> " << dir << " (" << c.model.size()
+              << " parameters); continue with "
+              << "`normlab train --config " << (fs::path(o->out) / "config.yaml").string()
+              << " --out " << o->out << " --resume` on any number of ranks\n";
     return 0;
   };
 }

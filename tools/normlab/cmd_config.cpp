@@ -2,7 +2,7 @@
 #include <iostream>
 
 #include "command.h"
-#include "normlab/config_io.h"
+#include "normlab/config/config_io.h"
 
 namespace normlab::cli {
 
@@ -15,7 +15,8 @@ Runner setup_config(CLI::App& sub) {
   auto o = std::make_shared<Options>();
   sub.add_option("--config", o->config, "run configuration (YAML); without it: the defaults");
   sub.add_option("--set", o->overrides, "override a key: section.key=value (repeatable)");
-  sub.add_flag("--reference", o->reference, "print the markdown table of every key (docs/config.md)");
+  sub.add_flag("--reference", o->reference,
+               "print the markdown table of every key (docs/config.md)");
   return [o] {
     if (o->reference) {
       std::cout << config_reference_markdown();

@@ -1,6 +1,6 @@
-// normlab eval --checkpoint SRC [--data SHARDS] [--tasks FILE ...] [--batches N] [--out RESULT.json]
-// Validation loss and perplexity (per token and per byte) and zero-shot multiple-choice
-// accuracy (tasks.h) of a trained model.
+// normlab eval --checkpoint SRC [--data SHARDS] [--tasks FILE ...] [--batches N] [--out
+// RESULT.json] Validation loss and perplexity (per token and per byte) and zero-shot
+// multiple-choice accuracy (tasks.h) of a trained model.
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -8,13 +8,13 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
-#include "normlab/evaluate.h"
-#include "normlab/export.h"
-#include "normlab/file_io.h"
-#include "normlab/loader.h"
-#include "normlab/shard.h"
-#include "normlab/tasks.h"
-#include "normlab/tokenizer.h"
+#include "normlab/data/loader.h"
+#include "normlab/data/shard.h"
+#include "normlab/data/tokenizer.h"
+#include "normlab/eval/evaluate.h"
+#include "normlab/eval/tasks.h"
+#include "normlab/train/export.h"
+#include "normlab/util/file_io.h"
 
 namespace normlab::cli {
 namespace fs = std::filesystem;
@@ -26,19 +26,25 @@ Runner setup_eval(CLI::App& sub) {
     int64_t batches = 0, batch = 8, seq_len = 0;
   };
   auto o = std::make_shared<Options>();
-  sub.add_option("--checkpoint", o->checkpoint, "run folder (newest checkpoint), checkpoint folder or export folder")
+  sub.add_option("--checkpoint", o->checkpoint,
+                 "run folder (newest checkpoint), checkpoint folder or export folder")
       ->required();
   sub.add_option("--data", o->data, "token shard folder: loss and perplexity on its --split");
   sub.add_option("--split", o->split, "val or train")->capture_default_str();
-  sub.add_option("--tasks", o->tasks, "multiple-choice task files (JSONL: context, choices, answer)");
-  sub.add_option("--batches", o->batches, "validation batches (0: the whole split)")->capture_default_str();
+  sub.add_option("--tasks", o->tasks,
+                 "multiple-choice task files (JSONL: context, choices, answer)");
+  sub.add_option("--batches", o->batches, "validation batches (0: the whole split)")
+      ->capture_default_str();
   sub.add_option("--batch", o->batch, "sequences per forward pass")->capture_default_str();
-  sub.add_option("--seq-len", o->seq_len, "tokens per validation sequence (default: the run's data.seq_len, else 256)");
-  sub.add_option("--tokenizer", o->tokenizer, "SentencePiece model (default: the run's or the export's)");
+  sub.add_option("--seq-len", o->seq_len,
+                 "tokens per validation sequence (default: the run's data.seq_len, else 256)");
+  sub.add_option("--tokenizer", o->tokenizer,
+                 "SentencePiece model (default: the run's or the export's)");
   sub.add_option("--device", o->device, "cpu, cuda or cuda:N")->capture_default_str();
   sub.add_option("--out", o->out, "also write the results as JSON to this file");
   return [o] {
-    if (o->data.empty() && o->tasks.empty()) throw std::invalid_argument("give --data SHARDS, --tasks FILE..., or both");
+    if (o->data.empty() && o->tasks.empty())
+      throw std::invalid_argument("give --data SHARDS, --tasks FILE..., or both");
     if (o->batch < 1) throw std::invalid_argument("--batch must be at least 1");
     std::vector<std::pair<std::string, std::vector<McItem>>> tasks;  // all read before any work
     for (const auto& t : o->tasks) tasks.emplace_back(fs::path(t).stem().string(), load_mc_task(t));
@@ -48,25 +54,38 @@ Runner setup_eval(CLI::App& sub) {
     std::unique_ptr<Tokenizer> tok;
     if (!tok_path.empty() && fs::exists(tok_path)) tok = std::make_unique<Tokenizer>(tok_path);
     if (!tasks.empty() && !tok)
-      throw std::invalid_argument("the tasks need the model's tokenizer: none recorded with " + m.from + ", give --tokenizer");
-    std::cout << "model " << m.from << " (" << enum_name(m.model->config.scheme) << ", step " << m.step << ")\n";
-    nlohmann::json result = {{"model", m.from}, {"scheme", std::string(enum_name(m.model->config.scheme))}, {"step", m.step}};
+      throw std::invalid_argument("the tasks need the model's tokenizer: none recorded with " +
+                                  m.from + ", give --tokenizer");
+    std::cout << "model " << m.from << " (" << enum_name(m.model->config.scheme) << ", step "
+              << m.step << ")\n";
+    nlohmann::json result = {{"model", m.from},
+                             {"scheme", std::string(enum_name(m.model->config.scheme))},
+                             {"step", m.step}};
 
     if (!o->data.empty()) {
       const int64_t seq_len = o->seq_len > 0 ? o->seq_len : m.seq_len > 0 ? m.seq_len : 256;
       const ShardIndex index = shard_index_read(o->data);
-      if (!index.splits.count(o->split)) throw std::invalid_argument(o->data + ": no split '" + o->split + "'");
+      if (!index.splits.count(o->split))
+        throw std::invalid_argument(o->data + ": no split '" + o->split + "'");
       check_vocabulary(index, o->data, m.model->config.vocab_size, tok ? tok->path() : "");
       const auto data = std::make_shared<TokenDataset>(o->data, o->split, seq_len);
-      if (data->num_samples() < 1) throw std::invalid_argument(o->data + ": split '" + o->split + "' is shorter than one sequence");
+      if (data->num_samples() < 1)
+        throw std::invalid_argument(o->data + ": split '" + o->split +
+                                    "' is shorter than one sequence");
       const ValLoader loader(data, std::min<int64_t>(o->batch, data->num_samples()));
       const std::vector<int32_t> bytes = tok ? tok->token_byte_lengths() : std::vector<int32_t>{};
-      const EvalResult r = evaluate(*m.model, loader, o->batches, device, false, tok ? &bytes : nullptr);
-      std::cout << std::fixed << std::setprecision(4) << o->split << ": loss " << r.loss << ", perplexity " << r.perplexity
-                << " (" << r.tokens << " tokens)";
-      if (r.bytes > 0) std::cout << "; per byte: perplexity " << r.byte_perplexity << ", " << r.bits_per_byte << " bits";
+      const EvalResult r =
+          evaluate(*m.model, loader, o->batches, device, false, tok ? &bytes : nullptr);
+      std::cout << std::fixed << std::setprecision(4) << o->split << ": loss " << r.loss
+                << ", perplexity " << r.perplexity << " (" << r.tokens << " tokens)";
+      if (r.bytes > 0)
+        std::cout << "; per byte: perplexity " << r.byte_perplexity << ", " << r.bits_per_byte
+                  << " bits";
       std::cout << "\n";
-      result["data"] = {{"path", o->data}, {"split", o->split}, {"loss", r.loss}, {"perplexity", r.perplexity},
+      result["data"] = {{"path", o->data},
+                        {"split", o->split},
+                        {"loss", r.loss},
+                        {"perplexity", r.perplexity},
                         {"tokens", r.tokens}};
       if (r.bytes > 0) {
         result["data"]["bytes"] = r.bytes;
@@ -76,8 +95,8 @@ Runner setup_eval(CLI::App& sub) {
     }
     for (const auto& [name, items] : tasks) {
       const McResult r = evaluate_mc(*m.model, *tok, items, o->batch, device);
-      std::cout << std::fixed << std::setprecision(4) << "task " << name << ": acc " << r.acc << ", acc_norm "
-                << r.acc_norm << " (" << r.items << " items)\n";
+      std::cout << std::fixed << std::setprecision(4) << "task " << name << ": acc " << r.acc
+                << ", acc_norm " << r.acc_norm << " (" << r.items << " items)\n";
       result["tasks"][name] = {{"acc", r.acc}, {"acc_norm", r.acc_norm}, {"items", r.items}};
     }
     if (!o->out.empty()) {

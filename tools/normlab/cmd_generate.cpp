@@ -4,9 +4,9 @@
 #include <iostream>
 
 #include "command.h"
-#include "normlab/export.h"
-#include "normlab/generate.h"
-#include "normlab/tokenizer.h"
+#include "normlab/data/tokenizer.h"
+#include "normlab/eval/generate.h"
+#include "normlab/train/export.h"
 
 namespace normlab::cli {
 
@@ -17,23 +17,31 @@ Runner setup_generate(CLI::App& sub) {
     bool no_cache = false;
   };
   auto o = std::make_shared<Options>();
-  sub.add_option("--checkpoint", o->checkpoint, "run folder (newest checkpoint), checkpoint folder or export folder")
+  sub.add_option("--checkpoint", o->checkpoint,
+                 "run folder (newest checkpoint), checkpoint folder or export folder")
       ->required();
   sub.add_option("--prompt", o->prompt, "the text to continue")->required();
   sub.add_option("--max-tokens", o->sample.max_tokens, "new tokens at most")->capture_default_str();
-  sub.add_option("--temperature", o->sample.temperature, "0 = greedy")->capture_default_str()->check(CLI::NonNegativeNumber);
-  sub.add_option("--top-k", o->sample.top_k, "sample from the k most likely tokens (0 = all)")->capture_default_str();
+  sub.add_option("--temperature", o->sample.temperature, "0 = greedy")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--top-k", o->sample.top_k, "sample from the k most likely tokens (0 = all)")
+      ->capture_default_str();
   sub.add_option("--top-p", o->sample.top_p, "nucleus sampling: the smallest set reaching p")
-      ->capture_default_str()->check(CLI::Range(1e-9, 1.0));
+      ->capture_default_str()
+      ->check(CLI::Range(1e-9, 1.0));
   sub.add_option("--seed", o->sample.seed, "sampling seed")->capture_default_str();
-  sub.add_option("--tokenizer", o->tokenizer, "SentencePiece model (default: the run's or the export's)");
+  sub.add_option("--tokenizer", o->tokenizer,
+                 "SentencePiece model (default: the run's or the export's)");
   sub.add_option("--device", o->device, "cpu, cuda or cuda:N")->capture_default_str();
-  sub.add_flag("--no-cache", o->no_cache, "recompute the whole sequence for every token (slow; for checking)");
+  sub.add_flag("--no-cache", o->no_cache,
+               "recompute the whole sequence for every token (slow; for checking)");
   return [o] {
     const torch::Device device(o->device);
     LoadedModel m = load_model(o->checkpoint, device);
     const std::string tok_path = o->tokenizer.empty() ? m.tokenizer : o->tokenizer;
-    if (tok_path.empty()) throw std::invalid_argument("no tokenizer recorded with " + m.from + ": give --tokenizer");
+    if (tok_path.empty())
+      throw std::invalid_argument("no tokenizer recorded with " + m.from + ": give --tokenizer");
     const Tokenizer tok(tok_path);
     std::vector<int64_t> prompt = {tok.eos_id()};  // a document start, as in training
     for (int32_t id : tok.encode(o->prompt)) prompt.push_back(id);
@@ -49,7 +57,8 @@ Runner setup_generate(CLI::App& sub) {
       if (id == tok.eos_id()) return true;
       ids.push_back(static_cast<int32_t>(id));
       const std::string text = tok.decode(ids);
-      if (text.size() > shown.size() && text.compare(0, shown.size(), shown) == 0) std::cout << text.substr(shown.size()) << std::flush;
+      if (text.size() > shown.size() && text.compare(0, shown.size(), shown) == 0)
+        std::cout << text.substr(shown.size()) << std::flush;
       shown = text;
       return true;
     });

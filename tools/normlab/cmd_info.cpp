@@ -6,8 +6,8 @@
 #include <string>
 
 #include "command.h"
-#include "normlab/config_io.h"
-#include "normlab/info.h"
+#include "normlab/config/config_io.h"
+#include "normlab/eval/info.h"
 
 namespace normlab::cli {
 namespace {
@@ -55,32 +55,39 @@ int run_info(const InfoOptions& o) {
   const int64_t T = cfg.data.seq_len;
 
   std::cout << "config      " << o.config << "\n"
-            << "scheme      " << enum_name(m.scheme) << ", " << m.n_layers << " layers, d_model " << m.d_model
-            << ", " << m.n_heads << " heads (" << m.kv_heads() << " kv), d_ff " << m.d_ff << ", vocab "
-            << m.vocab_size << (m.tie_embeddings ? " (tied)" : "") << "\n\n";
+            << "scheme      " << enum_name(m.scheme) << ", " << m.n_layers << " layers, d_model "
+            << m.d_model << ", " << m.n_heads << " heads (" << m.kv_heads() << " kv), d_ff "
+            << m.d_ff << ", vocab " << m.vocab_size << (m.tie_embeddings ? " (tied)" : "")
+            << "\n\n";
 
-  std::cout << "parameters            " << grouped(c.total) << "  (" << human(static_cast<double>(c.total), "") << ")\n"
+  std::cout << "parameters            " << grouped(c.total) << "  ("
+            << human(static_cast<double>(c.total), "") << ")\n"
             << "  embedding           " << grouped(c.embedding) << "\n"
-            << "  head                " << grouped(c.head) << (m.tie_embeddings ? "  (tied to the embedding)" : "")
-            << "\n";
+            << "  head                " << grouped(c.head)
+            << (m.tie_embeddings ? "  (tied to the embedding)" : "") << "\n";
   const std::set<int64_t> sizes(c.per_block.begin(), c.per_block.end());
   if (sizes.size() == 1) {
-    std::cout << "  per block           " << grouped(c.per_block[0]) << "  x " << m.n_layers << "\n";
+    std::cout << "  per block           " << grouped(c.per_block[0]) << "  x " << m.n_layers
+              << "\n";
   } else {
     for (size_t l = 0; l < c.per_block.size(); ++l)
-      std::cout << "  block " << l << (l < 10 ? "             " : "            ") << grouped(c.per_block[l]) << "\n";
+      std::cout << "  block " << l << (l < 10 ? "             " : "            ")
+                << grouped(c.per_block[l]) << "\n";
   }
   std::cout << "  end norms           " << grouped(c.ends) << "\n";
   if (c.base != m.scheme) {
     char pct[32];
-    std::snprintf(pct, sizeof pct, "%.4f %%", 100.0 * static_cast<double>(c.extra()) / static_cast<double>(c.base_total));
-    std::cout << "  over " << enum_name(c.base) << std::string(15 - enum_name(c.base).size(), ' ') << "+"
-              << grouped(c.extra()) << "  (" << pct << ")\n";
+    std::snprintf(pct, sizeof pct, "%.4f %%",
+                  100.0 * static_cast<double>(c.extra()) / static_cast<double>(c.base_total));
+    std::cout << "  over " << enum_name(c.base) << std::string(15 - enum_name(c.base).size(), ' ')
+              << "+" << grouped(c.extra()) << "  (" << pct << ")\n";
   }
 
   const double f = flops_per_token(m, T);
-  std::cout << "\nFLOPs per token       " << human(f, "FLOP") << "  (6N + 6 L H D T, causal attention; seq_len " << T << ")\n"
-            << "  per step            " << human(f * static_cast<double>(cfg.train.global_batch * T), "FLOP")
+  std::cout << "\nFLOPs per token       " << human(f, "FLOP")
+            << "  (6N + 6 L H D T, causal attention; seq_len " << T << ")\n"
+            << "  per step            "
+            << human(f * static_cast<double>(cfg.train.global_batch * T), "FLOP")
             << "  (global batch " << cfg.train.global_batch << " x " << T << " tokens)\n";
 
   MemoryPlan plan;
@@ -88,14 +95,16 @@ int run_info(const InfoOptions& o) {
   plan.micro_batch = o.micro_batch > 0 ? o.micro_batch : cfg.train.micro_batch;
   std::cout << "\nmemory per GPU (estimate; micro-batch " << plan.micro_batch << ", seq_len " << T
             << ", bf16 autocast, fp32 AdamW)\n"
-            << "  layout                                weights+grads+adam  working   activations  logits    total\n";
+            << "  layout                                weights+grads+adam  working   activations  "
+               "logits    total\n";
   for (int fsdp = 0; fsdp < 2; ++fsdp) {
     for (int ac = 0; ac < 2; ++ac) {
       plan.fsdp = fsdp == 1;
       plan.world_size = plan.fsdp ? o.world_size : 1;
       plan.activation_checkpointing = ac == 1;
       const MemoryEstimate e = estimate_memory(m, plan);
-      std::string label = plan.fsdp ? "FSDP over " + std::to_string(o.world_size) + " GPUs" : "replicated";
+      std::string label =
+          plan.fsdp ? "FSDP over " + std::to_string(o.world_size) + " GPUs" : "replicated";
       label += ac ? ", block checkpointing" : "";
       char line[256];
       std::snprintf(line, sizeof line, "  %-38s%-20s%-10s%-13s%-10s%s\n", label.c_str(),
@@ -111,9 +120,12 @@ int run_info(const InfoOptions& o) {
 
 Runner setup_info(CLI::App& sub) {
   auto o = std::make_shared<InfoOptions>();
-  sub.add_option("--config", o->config, "run configuration (YAML)")->required()->check(CLI::ExistingFile);
+  sub.add_option("--config", o->config, "run configuration (YAML)")
+      ->required()
+      ->check(CLI::ExistingFile);
   sub.add_option("--set", o->overrides, "override a key: section.key=value (repeatable)");
-  sub.add_option("--world-size", o->world_size, "GPUs for the FSDP memory estimate")->capture_default_str();
+  sub.add_option("--world-size", o->world_size, "GPUs for the FSDP memory estimate")
+      ->capture_default_str();
   sub.add_option("--micro-batch", o->micro_batch, "sequences per GPU (default: train.micro_batch)");
   return [o] { return run_info(*o); };
 }

@@ -12,11 +12,11 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "normlab/config/config_io.h"
+#include "normlab/sweep/sweep.h"
+#include "normlab/sweep/sweep_report.h"
+#include "normlab/util/file_io.h"
 #include "python_tool.h"
-#include "normlab/config_io.h"
-#include "normlab/file_io.h"
-#include "normlab/sweep.h"
-#include "normlab/sweep_report.h"
 
 extern char** environ;
 
@@ -39,43 +39,55 @@ Runner setup_sweep(CLI::App& sub) {
   };
   auto o = std::make_shared<Options>();
   sub.add_option("--config", o->config, "base run configuration (YAML)")->check(CLI::ExistingFile);
-  sub.add_option("--sweep", o->sweep, "sweep file (configs/sweeps/); the flags below replace its keys")
+  sub.add_option("--sweep", o->sweep,
+                 "sweep file (configs/sweeps/); the flags below replace its keys")
       ->check(CLI::ExistingFile);
-  sub.add_option("--lr", o->lr, "peak learning rates: 4e-4,1e-3,2e-3 or log-spaced FIRST:LAST:COUNT");
+  sub.add_option("--lr", o->lr,
+                 "peak learning rates: 4e-4,1e-3,2e-3 or log-spaced FIRST:LAST:COUNT");
   sub.add_option("--scheme", o->scheme, "schemes, comma-separated (default: the config's)");
   sub.add_option("--seed", o->seed, "seeds, comma-separated (default: the config's train.seed)");
-  sub.add_option("--set", o->overrides, "override a key of every run: section.key=value (repeatable)");
+  sub.add_option("--set", o->overrides,
+                 "override a key of every run: section.key=value (repeatable)");
   sub.add_option("--jobs", o->jobs, "runs at a time (default: 1 on CPU, one per GPU slot)");
-  sub.add_option("--gpus-per-run", o->gpus_per_run, "GPUs of each run (disjoint CUDA_VISIBLE_DEVICES sets)");
+  sub.add_option("--gpus-per-run", o->gpus_per_run,
+                 "GPUs of each run (disjoint CUDA_VISIBLE_DEVICES sets)");
   sub.add_option("--out", o->out, "sweep folder (default: sweeps/<sweep or config name>)");
   sub.add_flag("--report", o->report, "only rebuild the reports and plots of --out");
   sub.add_flag("--no-plots", o->no_plots, "do not run tools/plot_sweep.py");
   sub.footer(
-      "Outputs in DIR: summary.md (the paper-style table), summary.csv, summary.json, loss_curves.png, "
+      "Outputs in DIR: summary.md (the paper-style table), summary.csv, summary.json, "
+      "loss_curves.png, "
       "ppl_vs_lr.png, runs/<scheme>-lr<lr>-s<seed>/ (console.log + a normal run folder).\n"
-      "Exit codes: 0 every run finished (completed or diverged), 1 error, 4 stopped (re-run to continue), "
+      "Exit codes: 0 every run finished (completed or diverged), 1 error, 4 stopped (re-run to "
+      "continue), "
       "5 some runs crashed (see their console.log; re-run to retry them).");
   return [o] {
     if (o->report) {
       if (o->out.empty()) throw std::invalid_argument("--report needs --out DIR");
-      const auto manifest = nlohmann::json::parse(read_file((fs::path(o->out) / "sweep.json").string()));
+      const auto manifest =
+          nlohmann::json::parse(read_file((fs::path(o->out) / "sweep.json").string()));
       std::vector<SweepPoint> points;
       for (const auto& p : manifest.at("points"))
-        points.push_back({enum_from_name<Scheme>(p.at("scheme").get<std::string>(), "scheme"), p.at("lr").get<double>(),
-                          p.at("seed").get<uint64_t>(), p.at("name").get<std::string>(), {}});
+        points.push_back({enum_from_name<Scheme>(p.at("scheme").get<std::string>(), "scheme"),
+                          p.at("lr").get<double>(),
+                          p.at("seed").get<uint64_t>(),
+                          p.at("name").get<std::string>(),
+                          {}});
       write_sweep_reports(o->out, points);
       std::cout << "reports: " << o->out << "/summary.md, summary.csv, summary.json\n";
       if (!o->no_plots) run_python_tool("plot_sweep.py", {o->out}, "plots");
       return 0;
     }
-    if (o->config.empty() && o->sweep.empty()) throw std::invalid_argument("give --config BASE.yaml or --sweep FILE");
+    if (o->config.empty() && o->sweep.empty())
+      throw std::invalid_argument("give --config BASE.yaml or --sweep FILE");
     SweepSpec spec = o->sweep.empty() ? SweepSpec{} : sweep_load(o->sweep);
     if (!o->config.empty()) spec.config = o->config;
     if (!o->lr.empty()) spec.lrs = parse_lr_list(o->lr);
     if (!o->scheme.empty()) {
       spec.schemes.clear();
       std::stringstream ss(o->scheme);
-      for (std::string s; std::getline(ss, s, ',');) spec.schemes.push_back(enum_from_name<Scheme>(s, "--scheme"));
+      for (std::string s; std::getline(ss, s, ',');)
+        spec.schemes.push_back(enum_from_name<Scheme>(s, "--scheme"));
     }
     if (!o->seed.empty()) {
       spec.seeds.clear();
@@ -88,7 +100,8 @@ Runner setup_sweep(CLI::App& sub) {
         } catch (const std::exception&) {
           used = 0;
         }
-        if (used == 0 || used != s.size() || s[0] == '-') throw std::invalid_argument("--seed: '" + s + "' is not a seed");
+        if (used == 0 || used != s.size() || s[0] == '-')
+          throw std::invalid_argument("--seed: '" + s + "' is not a seed");
         spec.seeds.push_back(v);
       }
     }
@@ -97,7 +110,8 @@ Runner setup_sweep(CLI::App& sub) {
     if (o->gpus_per_run >= 0) spec.gpus_per_run = o->gpus_per_run;
 
     std::string out = o->out;
-    if (out.empty()) out = "sweeps/" + fs::path(o->sweep.empty() ? spec.config : o->sweep).stem().string();
+    if (out.empty())
+      out = "sweeps/" + fs::path(o->sweep.empty() ? spec.config : o->sweep).stem().string();
     std::signal(SIGINT, on_sweep_signal);
     std::signal(SIGTERM, on_sweep_signal);
     SweepOptions opts;
@@ -115,13 +129,15 @@ Runner setup_sweep(CLI::App& sub) {
     opts.stop = &g_stop;
     opts.say = [](const std::string& line) { std::cout << line << std::endl; };
     const SweepOutcome r = run_sweep(spec, opts);
-    std::cout << "sweep: " << r.completed << " completed, " << r.diverged << " diverged, " << r.crashed << " crashed, "
-              << r.interrupted << " not finished, " << r.skipped << " finished before\n";
+    std::cout << "sweep: " << r.completed << " completed, " << r.diverged << " diverged, "
+              << r.crashed << " crashed, " << r.interrupted << " not finished, " << r.skipped
+              << " finished before\n";
     if (!o->no_plots) run_python_tool("plot_sweep.py", {out}, "plots");
     // The table itself, as in summary.md (up to its per-run section).
     const std::string md = read_file((fs::path(out) / "summary.md").string());
     const auto table = md.find("\n| scheme"), runs = md.find("\n## Runs");
-    if (table != std::string::npos && runs != std::string::npos) std::cout << md.substr(table + 1, runs - table);
+    if (table != std::string::npos && runs != std::string::npos)
+      std::cout << md.substr(table + 1, runs - table);
     std::cout << "table: " << out << "/summary.md\n";
     if (g_stop.load() > 0 || r.interrupted > 0) return 4;
     return r.crashed > 0 ? 5 : 0;

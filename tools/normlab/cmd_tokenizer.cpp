@@ -3,8 +3,8 @@
 #include <sstream>
 
 #include "command.h"
-#include "normlab/text_input.h"
-#include "normlab/tokenizer.h"
+#include "normlab/data/text_input.h"
+#include "normlab/data/tokenizer.h"
 
 namespace normlab::cli {
 
@@ -13,13 +13,20 @@ Runner setup_tokenizer(CLI::App& sub) {
   auto train = std::make_shared<TokenizerTrainOptions>();
   auto model_type = std::make_shared<std::string>("bpe");
   CLI::App* t = sub.add_subcommand("train", "train a SentencePiece tokenizer (byte fallback on)");
-  t->add_option("--input", train->inputs, "text files or globs (.txt, .jsonl, optionally .gz)")->required();
-  t->add_option("--vocab-size", train->vocab_size, "vocabulary size (>= 260)")->capture_default_str();
-  t->add_option("--model-type", *model_type, "bpe or unigram")->check(CLI::IsMember({"bpe", "unigram"}))->capture_default_str();
-  t->add_option("--out", train->out_dir, "output folder: tokenizer.model, tokenizer.vocab")->required();
+  t->add_option("--input", train->inputs, "text files or globs (.txt, .jsonl, optionally .gz)")
+      ->required();
+  t->add_option("--vocab-size", train->vocab_size, "vocabulary size (>= 260)")
+      ->capture_default_str();
+  t->add_option("--model-type", *model_type, "bpe or unigram")
+      ->check(CLI::IsMember({"bpe", "unigram"}))
+      ->capture_default_str();
+  t->add_option("--out", train->out_dir, "output folder: tokenizer.model, tokenizer.vocab")
+      ->required();
   t->add_option("--threads", train->threads, "training threads")->capture_default_str();
-  t->add_option("--text-field", train->text_field, "JSONL field with the text")->capture_default_str();
-  t->add_option("--max-sentences", train->max_sentences, "lines sampled for training (0 = all)")->capture_default_str();
+  t->add_option("--text-field", train->text_field, "JSONL field with the text")
+      ->capture_default_str();
+  t->add_option("--max-sentences", train->max_sentences, "lines sampled for training (0 = all)")
+      ->capture_default_str();
   t->add_option("--seed", train->seed, "sampling seed")->capture_default_str();
 
   struct CodecOptions {
@@ -30,15 +37,20 @@ Runner setup_tokenizer(CLI::App& sub) {
     std::vector<int32_t> ids;
   };
   auto enc = std::make_shared<CodecOptions>();
-  CLI::App* e = sub.add_subcommand("encode", "print the token ids of a text (or of files' documents)");
-  e->add_option("--tokenizer", enc->tokenizer, "tokenizer.model")->required()->check(CLI::ExistingFile);
+  CLI::App* e =
+      sub.add_subcommand("encode", "print the token ids of a text (or of files' documents)");
+  e->add_option("--tokenizer", enc->tokenizer, "tokenizer.model")
+      ->required()
+      ->check(CLI::ExistingFile);
   e->add_option("--text", enc->text, "the text to encode");
   e->add_option("files", enc->files, "files whose documents to encode");
   e->add_flag("--pieces", enc->pieces, "print pieces instead of ids");
 
   auto dec = std::make_shared<CodecOptions>();
   CLI::App* d = sub.add_subcommand("decode", "print the text of token ids");
-  d->add_option("--tokenizer", dec->tokenizer, "tokenizer.model")->required()->check(CLI::ExistingFile);
+  d->add_option("--tokenizer", dec->tokenizer, "tokenizer.model")
+      ->required()
+      ->check(CLI::ExistingFile);
   d->add_option("ids", dec->ids, "token ids")->required();
 
   return [=] {
@@ -46,7 +58,8 @@ Runner setup_tokenizer(CLI::App& sub) {
       train->model = *model_type == "bpe" ? TokenizerModel::Bpe : TokenizerModel::Unigram;
       const std::string path = tokenizer_train(*train);
       const Tokenizer tok(path);
-      std::cout << "wrote " << path << " (" << tok.vocab_size() << " pieces, eos " << tok.eos_id() << ")\n";
+      std::cout << "wrote " << path << " (" << tok.vocab_size() << " pieces, eos " << tok.eos_id()
+                << ")\n";
       return 0;
     }
     if (e->parsed()) {
@@ -54,12 +67,15 @@ Runner setup_tokenizer(CLI::App& sub) {
       auto print = [&](const std::string& text) {
         std::ostringstream line;
         const auto ids = tok.encode(text);
-        for (size_t i = 0; i < ids.size(); ++i) line << (i ? " " : "") << (enc->pieces ? tok.piece(ids[i]) : std::to_string(ids[i]));
+        for (size_t i = 0; i < ids.size(); ++i)
+          line << (i ? " " : "") << (enc->pieces ? tok.piece(ids[i]) : std::to_string(ids[i]));
         std::cout << line.str() << "\n";
       };
       if (!enc->text.empty()) print(enc->text);
-      for (const auto& f : expand_inputs(enc->files)) read_documents(f, "text", [&](std::string&& doc) { print(doc); });
-      if (enc->text.empty() && enc->files.empty()) throw InputError("tokenizer encode: give --text or files");
+      for (const auto& f : expand_inputs(enc->files))
+        read_documents(f, "text", [&](std::string&& doc) { print(doc); });
+      if (enc->text.empty() && enc->files.empty())
+        throw InputError("tokenizer encode: give --text or files");
       return 0;
     }
     std::cout << Tokenizer(dec->tokenizer).decode(dec->ids) << "\n";

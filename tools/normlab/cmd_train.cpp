@@ -12,12 +12,13 @@
 #include <map>
 
 #include "command.h"
+#include "normlab/config/config_io.h"
+#include "normlab/dist/communicator.h"
+#include "normlab/train/trainer.h"
+#include "normlab/util/cpu_allocator.h"
+#include "normlab/util/device.h"
+#include "normlab/util/log.h"
 #include "python_tool.h"
-#include "normlab/communicator.h"
-#include "normlab/config_io.h"
-#include "normlab/cpu_allocator.h"
-#include "normlab/log.h"
-#include "normlab/trainer.h"
 
 #include <torch/cuda.h>
 
@@ -55,24 +56,33 @@ Runner setup_train(CLI::App& sub) {
     bool no_plots = false;
   };
   auto o = std::make_shared<Options>();
-  sub.add_option("--config", o->config, "run configuration (YAML)")->required()->check(CLI::ExistingFile);
-  sub.add_option("--set", o->overrides, "override a key: section.key=value (repeatable, applied in order)");
+  sub.add_option("--config", o->config, "run configuration (YAML)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub.add_option("--set", o->overrides,
+                 "override a key: section.key=value (repeatable, applied in order)");
   sub.add_option("--out", o->out, "run folder (default: runs/<config name>-<scheme>)");
   sub.add_flag("--resume", o->resume, "continue from the run folder's newest checkpoint");
-  sub.add_option("--stop-after", o->stop_after, "checkpoint and stop after N steps of this invocation (exit 4)");
-  sub.add_flag("--no-plots", o->no_plots, "with diagnostics on: do not run tools/plot_diagnostics.py");
-  sub.footer("Exit codes: 0 completed, 1 error, 3 diverged (non-finite loss or gradient), 4 interrupted (checkpoint saved).");
+  sub.add_option("--stop-after", o->stop_after,
+                 "checkpoint and stop after N steps of this invocation (exit 4)");
+  sub.add_flag("--no-plots", o->no_plots,
+               "with diagnostics on: do not run tools/plot_diagnostics.py");
+  sub.footer(
+      "Exit codes: 0 completed, 1 error, 3 diverged (non-finite loss or gradient), 4 interrupted "
+      "(checkpoint saved).");
   return [o] {
-    const RunConfig cfg = config_load(o->config, o->overrides);  // all config errors before any work
+    const RunConfig cfg =
+        config_load(o->config, o->overrides);  // all config errors before any work
     std::string out = o->out;
     if (out.empty())
-      out = "runs/" + std::filesystem::path(o->config).stem().string() + "-" + std::string(enum_name(cfg.model.scheme));
+      out = "runs/" + std::filesystem::path(o->config).stem().string() + "-" +
+            std::string(enum_name(cfg.model.scheme));
     const DistEnv env = dist_env_from(environment());
     std::filesystem::create_directories(out);
     // Rank 0 logs to the console and train.log; the other ranks only their errors.
-    Logger log = env.rank == 0
-                     ? Logger("train", log_level_from_string(cfg.logging.level), (std::filesystem::path(out) / "train.log").string())
-                     : Logger("train.rank" + std::to_string(env.rank), LogLevel::Error);
+    Logger log = env.rank == 0 ? Logger("train", log_level_from_string(cfg.logging.level),
+                                        (std::filesystem::path(out) / "train.log").string())
+                               : Logger("train.rank" + std::to_string(env.rank), LogLevel::Error);
     // CPU tensors of a step are reallocated with the same sizes every step: reuse them
     // instead of returning them to the kernel (docs/training.md, "Speed").
     // Never destroyed: tensors freed during static destruction at exit still return to it.
@@ -87,15 +97,13 @@ Runner setup_train(CLI::App& sub) {
     opts.stop_after = o->stop_after;
     opts.logger = &log;
     std::unique_ptr<Communicator> comm;
-    TrainSummary s;
+    RunSummary s;
     try {
       CommOptions co;
       co.backend = cfg.distributed.backend;
       co.timeout = std::chrono::seconds(cfg.distributed.timeout_seconds);
       co.engine_for_one = cfg.distributed.force_fsdp;
-      const std::string dev = cfg.train.device == "auto" ? (torch::cuda::is_available() ? "cuda" : "cpu") : cfg.train.device;
-      torch::Device device(dev);
-      if (device.is_cuda() && !device.has_index()) device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+      const torch::Device device = resolve_device(cfg.train.device, env.local_rank);
       comm = make_communicator(env, co, device);
       opts.comm = comm.get();
       opts.device_index = env.local_rank;
@@ -104,17 +112,20 @@ Runner setup_train(CLI::App& sub) {
       if (env.world == 1) throw;
       // One rank failing must end the job: exit without finalizing the engine (a finalize would
       // wait for peers that are blocked in a collective); the launcher stops the others.
-      std::cerr << "normlab train: rank " << env.rank << " of " << env.world << ": error: " << e.what() << std::endl;
+      std::cerr << "normlab train: rank " << env.rank << " of " << env.world
+                << ": error: " << e.what() << std::endl;
       std::_Exit(1);
     }
     if (env.rank != 0) return exit_code(s.status);
     std::cout << "run " << enum_name(s.status) << " after " << s.steps << " steps";
     if (s.diverged_at >= 0) std::cout << " (diverged at step " << s.diverged_at << ")";
-    if (s.val_perplexity >= 0) std::cout << ": validation loss " << s.final_val_loss << ", perplexity " << s.val_perplexity;
+    if (s.val_perplexity >= 0)
+      std::cout << ": validation loss " << s.final_val_loss << ", perplexity " << s.val_perplexity;
     std::cout << "\noutputs: " << out << "/ (summary.json, metrics.jsonl, train.log, checkpoints/"
               << (cfg.diagnostics.every > 0 ? ", diagnostics.jsonl" : "") << ")\n";
     if (cfg.diagnostics.every > 0 && !o->no_plots)
-      run_python_tool("plot_diagnostics.py", {(std::filesystem::path(out) / "diagnostics.jsonl").string(), out}, "plots");
+      run_python_tool("plot_diagnostics.py",
+                      {(std::filesystem::path(out) / "diagnostics.jsonl").string(), out}, "plots");
     return exit_code(s.status);
   };
 }

@@ -5,7 +5,8 @@
 #include <iostream>
 
 #include "command.h"
-#include "normlab/device.h"
+#include "normlab/nn/fused.h"
+#include "normlab/util/device.h"
 #include "normlab/version.h"
 
 namespace normlab::cli {
@@ -15,7 +16,8 @@ Runner setup_version(CLI::App& sub) {
     std::cout << "normlab " << NORMLAB_VERSION_STRING << "\n"
               << "LibTorch " << torch_version() << "\n"
               << "normlab CUDA kernels: "
-              << (own_kernels_archs().empty() ? "not built" : "built for sm_" + own_kernels_archs())
+              << (fused::own_kernels_archs().empty() ? "not built"
+                                                     : "built for sm_" + fused::own_kernels_archs())
               << "\n"
               << "CUDA available: " << (cuda_available() ? "yes" : "no") << "\n"
               << "devices:\n"

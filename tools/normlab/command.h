@@ -9,7 +9,7 @@
 
 namespace normlab::cli {
 
-using Runner = std::function<int()>;   // returns the process exit code
+using Runner = std::function<int()>;  // returns the process exit code
 
 struct Command {
   const char* name;

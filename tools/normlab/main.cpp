@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "command.h"
+#include "normlab/util/error.h"
 #include "normlab/version.h"
 
 namespace {
@@ -63,12 +64,17 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);   // --help goes to stdout with code 0; errors to stderr
+    return app.exit(e);  // --help goes to stdout with code 0; errors to stderr
   }
   for (auto& [sub, run] : runners) {
     if (!sub->parsed()) continue;
+    // Errors (util/error.h): the kind of an Error, then what it says; exit code 1 either way.
     try {
       return run();
+    } catch (const normlab::Error& e) {
+      std::cerr << "normlab " << sub->get_name() << ": " << e.kind() << " error: " << e.what()
+                << "\n";
+      return 1;
     } catch (const std::exception& e) {
       std::cerr << "normlab " << sub->get_name() << ": error: " << e.what() << "\n";
       return 1;

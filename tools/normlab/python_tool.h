@@ -12,6 +12,7 @@ std::string project_python();
 
 /// Runs `script` (a file name under tools/) with `args`; returns true when it succeeded.
 /// On failure prints what was skipped and why (`what`, e.g. "plots"), never throws.
-bool run_python_tool(const std::string& script, const std::vector<std::string>& args, const std::string& what);
+bool run_python_tool(const std::string& script, const std::vector<std::string>& args,
+                     const std::string& what);
 
 }  // namespace normlab::cli

@@ -1,0 +1,114 @@
+// RunConfig: the whole configuration of a run, as plain structs with their defaults. YAML
+// reaches it only through config_io.h; each component is handed just its own section.
+// Each key's meaning is written once, in the schema of src/config/config_io.cpp (one visit()
+// per section: key, field, doc), which `normlab config --reference` prints as the table of
+// docs/config.md (a test keeps the two equal); the fields here carry no second copy.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "normlab/config/enums.h"
+#include "normlab/nn/model_config.h"
+
+namespace normlab {
+
+struct DataConfig {
+  std::string train;
+  std::string val;
+  std::string tokenizer;
+  int64_t seq_len = 2048;
+};
+
+struct OptimizerConfig {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  bool decay_embeddings = true;
+  double grad_clip = 1.0;
+  bool fused = true;
+};
+
+/// Whether parameter `name` with `dim` dimensions is in the weight-decay group: matrices
+/// decay, vectors (norm gains, SiameseNorm's c1, biases) never do, and the embedding and LM
+/// head only with decay_embeddings. The optimizer and the FSDP layer both group by it.
+bool decays(const std::string& name, int64_t dim, const OptimizerConfig& cfg);
+
+struct SchedulerConfig {
+  ScheduleKind kind = ScheduleKind::Cosine;
+  int64_t warmup_steps = 2000;
+  double final_lr_fraction = 0.1;
+  double decay_fraction = 0.2;
+};
+
+struct TrainConfig {
+  int64_t steps = 1000;
+  int64_t global_batch = 512;
+  int64_t micro_batch = 8;
+  uint64_t seed = 0;
+  std::string device = "auto";
+  Precision precision = Precision::Auto;
+  double z_loss = 0.0;
+  bool skip_nonfinite = false;
+  int64_t spike_window = 128;
+  double spike_sigma = 6.0;
+  Recompute activation_checkpointing = Recompute::None;
+  int64_t selective_every = 2;
+  int64_t loss_chunk_rows = 0;
+};
+
+struct EvalConfig {
+  int64_t every = 100;
+  int64_t batches = 0;
+  int64_t micro_batch = 0;
+  std::string tasks;
+};
+
+struct DiagnosticsConfig {
+  int64_t every = 0;
+  int64_t batch = 4;
+  int64_t top_k = 4;
+  bool pruning = false;
+};
+
+struct CheckpointConfig {
+  int64_t every = 500;
+  int64_t keep = 2;
+  bool at_end = true;
+};
+
+struct LoggingConfig {
+  int64_t every = 10;
+  std::string level = "info";
+};
+
+struct DistributedConfig {
+  CommBackend backend = CommBackend::Auto;
+  int64_t timeout_seconds = 600;
+  bool reshard_after_forward = true;
+  bool prefetch = true;
+  bool force_fsdp = false;
+  Precision param_dtype = Precision::Auto;
+  Precision reduce_dtype = Precision::Fp32;
+};
+
+struct RunConfig {
+  ModelConfig model;
+  DataConfig data;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  TrainConfig train;
+  EvalConfig eval;
+  DiagnosticsConfig diagnostics;
+  CheckpointConfig checkpoint;
+  LoggingConfig logging;
+  DistributedConfig distributed;
+};
+
+/// Cross-field checks of a whole run (each section's own, then their combinations); throws
+/// ConfigError naming the key.
+void validate(const RunConfig& cfg);
+
+}  // namespace normlab

@@ -1,0 +1,75 @@
+// Tokenizer: a SentencePiece model (BPE or unigram, byte fallback on) and its training.
+//
+// Special tokens of models trained by normlab: <unk> = 0, <s> (BOS) = 1, </s> (EOS) = 2, no
+// padding token; with byte fallback the 256 byte pieces <0x00>..<0xFF> follow, so any UTF-8
+// text encodes without <unk>. Documents are separated by EOS in the token shards.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "normlab/util/error.h"
+
+namespace normlab {
+
+class TokenizerError : public DataError {
+ public:
+  using DataError::DataError;
+};
+
+enum class TokenizerModel { Bpe, Unigram };
+
+struct TokenizerTrainOptions {
+  std::vector<std::string> inputs;  // files or globs: .txt, .jsonl (with .gz), as data prepare
+  std::string text_field = "text";  // the JSONL field holding the text
+  int64_t vocab_size = 4096;
+  TokenizerModel model = TokenizerModel::Bpe;
+  std::string out_dir;  // gets tokenizer.model and tokenizer.vocab
+  int threads = 2;
+  double character_coverage = 0.9995;
+  int64_t max_sentences = 2'000'000;  // sentences sampled for training (0 = all)
+  uint64_t seed = 0;
+};
+
+/// Trains a model on the documents of `inputs` (one training sentence per line) and writes
+/// out_dir/tokenizer.model and tokenizer.vocab atomically. Returns the model path.
+std::string tokenizer_train(const TokenizerTrainOptions& options);
+
+class Tokenizer {
+ public:
+  /// Loads a SentencePiece .model file; throws TokenizerError naming it.
+  explicit Tokenizer(const std::string& model_path);
+  ~Tokenizer();
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+
+  /// Token ids of `text` (a whole document). Thread-safe.
+  std::vector<int32_t> encode(std::string_view text) const;
+  std::string decode(const std::vector<int32_t>& ids) const;
+  std::string piece(int32_t id) const;
+
+  int64_t vocab_size() const;
+  int32_t eos_id() const;
+  int32_t bos_id() const;
+  /// For every id, the UTF-8 bytes it stands for in text: a byte piece <0xNN> is 1, the word
+  /// marker U+2581 counts as the one space it replaces, control pieces (<unk>, <s>, </s>) 0.
+  std::vector<int32_t> token_byte_lengths() const;
+  /// CRC-32 of the model file: the identity recorded in shard indexes.
+  uint32_t checksum() const;
+  const std::string& path() const;
+
+  /// True when encoding a document equals concatenating the encodings of its
+  /// whitespace-separated words (the model splits at whitespace, adds the dummy prefix and
+  /// collapses whitespace), which lets data prepare cache word encodings.
+  bool splits_at_whitespace() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace normlab

@@ -1,0 +1,108 @@
+// Communicator: the collectives the FSDP layer and the trainer need, over an existing engine.
+//   world 1   SingleProcess (no engine; every collective is a copy)
+//   CPU       Open MPI (launch with mpirun, or srun under Slurm with PMIx)
+//   CUDA      c10d ProcessGroupNCCL with a TCPStore rendezvous compatible with torchrun
+// The launcher's variables are read once by the program (DistEnv, from an environment map);
+// the library never reads the environment. Every blocking collective gives up after the
+// configured timeout with a CommError naming the collective and the rank, so a dead or hung
+// peer ends the job with a clear message instead of a hang.
+#pragma once
+
+#include <torch/types.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "normlab/config/enums.h"
+#include "normlab/util/error.h"
+
+namespace normlab {
+
+/// Where this process sits in a job, from the launcher's environment variables.
+struct DistEnv {
+  std::string launcher = "none";  // none, torchrun, slurm, mpi
+  int rank = 0;
+  int world = 1;
+  int local_rank = 0;  // the GPU index on this node
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  bool agent_store = false;  // torchrun's agent hosts the TCPStore (TORCHELASTIC_USE_AGENT_STORE)
+  std::string restart_count = "0";
+};
+
+/// Reads, in order of precedence: torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+/// MASTER_PORT, TORCHELASTIC_*), Open MPI / PMIx (OMPI_COMM_WORLD_*, PMIX_RANK), Slurm
+/// (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID). None: a single process. Throws
+/// std::invalid_argument naming the variable when a value is malformed or out of range.
+DistEnv dist_env_from(const std::map<std::string, std::string>& env);
+
+/// A collective did not complete (timeout, a dead peer, an engine error).
+class CommError : public DistributedError {
+ public:
+  using DistributedError::DistributedError;
+};
+
+enum class ReduceOp { Sum, Max };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  virtual std::string backend() const = 0;
+
+  /// out (world * n elements) <- every rank's `in` (n elements), in rank order. Contiguous,
+  /// same dtype and device.
+  virtual void all_gather(torch::Tensor& out, const torch::Tensor& in) = 0;
+  /// A collective in flight: wait() completes it (NCCL: makes the current stream wait for it).
+  class Pending {
+   public:
+    virtual ~Pending() = default;
+    virtual void wait() = 0;
+  };
+  /// all_gather started now, completed by wait(); `out` and `in` must stay alive and `in`
+  /// unchanged until then. Every rank must start collectives in the same order. The default
+  /// runs it at once (engines without overlap).
+  virtual std::unique_ptr<Pending> all_gather_async(torch::Tensor& out, const torch::Tensor& in);
+  /// out (n) <- the sum over ranks of in[rank * n, (rank + 1) * n). Float types.
+  virtual void reduce_scatter(torch::Tensor& out, const torch::Tensor& in) = 0;
+  /// t <- the sum (or max) over ranks of t, in place.
+  virtual void all_reduce(torch::Tensor& t, ReduceOp op) = 0;
+  virtual void broadcast(torch::Tensor& t, int root) = 0;
+  virtual void barrier() = 0;
+
+  /// Helpers over all_reduce for host scalars.
+  double sum(double v);
+  double max(double v);
+};
+
+struct CommOptions {
+  CommBackend backend = CommBackend::Auto;  // auto: nccl for CUDA devices, mpi for CPU
+  std::chrono::seconds timeout{600};
+  bool engine_for_one = false;  // world 1 on CUDA still through NCCL (measuring FSDP)
+};
+
+/// The communicator for `env` on `device`: SingleProcess when env.world == 1 (unless
+/// engine_for_one on a CUDA device); throws
+/// std::invalid_argument when the backend does not fit the device or the launcher (MPI needs
+/// mpirun or srun; NCCL needs a CUDA build and device), naming what to change.
+std::unique_ptr<Communicator> make_communicator(const DistEnv& env, const CommOptions& options,
+                                                torch::Device device);
+
+/// world 1, no engine.
+class SingleProcess final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int world() const override { return 1; }
+  std::string backend() const override { return "single"; }
+  void all_gather(torch::Tensor& out, const torch::Tensor& in) override;
+  void reduce_scatter(torch::Tensor& out, const torch::Tensor& in) override;
+  void all_reduce(torch::Tensor&, ReduceOp) override {}
+  void broadcast(torch::Tensor&, int) override {}
+  void barrier() override {}
+};
+
+}  // namespace normlab

@@ -1,0 +1,114 @@
+// Fsdp: ZeRO-3 / FSDP-style sharding, a layer applied to a built DecoderLM (the model code
+// knows only its ForwardHooks).
+//
+// Units: one per block, plus a root unit of everything else (embedding, end norms, head).
+// Each unit's parameters are flattened in name order, padded to a multiple of the world size
+// W, and cut into W equal fp32 shards; rank r keeps shard r (shard_param) and its gradient
+// (shard_grad) and nothing else between steps: the module's parameters hold no storage.
+//   forward   before a unit runs, its shards are all-gathered into a flat buffer and the
+//             module's parameters become views into it; after the block it is freed again
+//             (reshard_after_forward) unless gradients are off. The root unit stays gathered
+//             from the embedding until its gradients are reduced.
+//   dtypes    shards, shard gradients and optimizer state are fp32. With param_dtype bf16 the
+//             shards travel rounded to bf16 (half the traffic) and are widened into the
+//             module's fp32 parameters, so the model computes from bf16-rounded weights (what
+//             bf16 autocast feeds its matmuls anyway) and its gradients stay fp32; with
+//             reduce_dtype bf16 the gradients are summed over ranks in bf16, else in fp32.
+//   prefetch  the next unit's all-gather (forward: block l+1; backward: block l-1) is started
+//             before the current unit computes, so that an engine that overlaps (NCCL, on its
+//             own stream) moves it while the block runs; at most one unit is in flight
+//   backward  an identity autograd node on each block's outputs gathers the unit again before
+//             its backward; when every parameter of a unit has accumulated its gradient (grad
+//             accumulator post hooks), the flat gradient is reduce-scattered (sum / W: the
+//             global-batch mean) into shard_grad and the full gradient and parameters freed.
+// The optimizer sees pieces(): per parameter, the 1-D view of the elements rank r holds, with
+// the weight-decay decision of the whole parameter. Pieces of one parameter over ranks 0..W-1
+// concatenate to the flattened parameter, which is what sharded checkpoints and their
+// consolidation rely on (checkpoint.h).
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "normlab/config/config.h"
+#include "normlab/dist/communicator.h"
+#include "normlab/nn/model.h"
+#include "normlab/util/safetensors.h"
+
+namespace normlab {
+
+struct FsdpOptions {
+  bool reshard_after_forward = true;  // free each block's gathered parameters after its forward
+  // Activation checkpointing (nn/recompute.h) of every k-th block; 0: none.
+  int64_t checkpoint_every = 0;
+  bool prefetch = true;  // start the next unit's all-gather before running this one
+  torch::ScalarType param_dtype = torch::kFloat;   // all-gather dtype (kFloat or kBFloat16)
+  torch::ScalarType reduce_dtype = torch::kFloat;  // reduce-scatter dtype (kFloat or kBFloat16)
+};
+
+/// This rank's elements of one parameter.
+struct ShardPiece {
+  std::string name;            // the parameter's name (blocks.3.attn.wq.weight)
+  torch::Tensor param;         // 1-D view into the unit's shard; .grad() views the shard gradient
+  int64_t start = 0;           // index of param[0] in the flattened parameter
+  std::vector<int64_t> shape;  // the whole parameter's shape
+  bool decay = false;          // in AdamW's weight-decay group
+};
+
+class Fsdp final : public ForwardHooks {
+ public:
+  /// Shards `model` (built identically on every rank) over `comm`; the model's parameter
+  /// storage is released. `opt` decides the weight-decay group of each parameter.
+  Fsdp(DecoderLM model, Communicator& comm, const FsdpOptions& options, const OptimizerConfig& opt);
+  ~Fsdp() override;
+  Fsdp(const Fsdp&) = delete;
+  Fsdp& operator=(const Fsdp&) = delete;
+
+  const std::vector<ShardPiece>& pieces() const { return pieces_; }
+  /// Shard gradients to zero (before a step's micro-batches).
+  void zero_grad();
+  /// After each backward: reduces the units whose hooks did not complete (parameters that got
+  /// no gradient), in unit order on every rank.
+  void finish_backward();
+  /// The global gradient norm over all shards; clips like clip_grad_norm (optimizer.h).
+  double clip_grad_norm(double max_norm);
+
+  /// This rank's pieces by parameter name, and their starts and shapes (checkpoint metadata).
+  TensorDict local_weights() const;
+  /// Loads this rank's slices of whole parameters (a single-process or consolidated checkpoint).
+  void load_full(const TensorDict& full, const std::string& what);
+  /// The same slicing for optimizer state of whole parameters: "<prefix>.<name>" entries whose
+  /// size is the parameter's are sliced; the rest pass through.
+  TensorDict slice_state(const TensorDict& full) const;
+
+  /// Bytes this rank holds between steps: shards, shard gradients and any module parameter
+  /// storage (zero when all units are freed).
+  int64_t resident_bytes() const;
+
+  // ForwardHooks
+  void before_forward() override;
+  Streams run_block(size_t layer, SchemeBlockImpl& block, const Streams& in) override;
+  torch::Tensor after_forward(torch::Tensor logits) override;
+
+  struct Unit;
+  void gather(Unit& u);  // public for the backward node
+  /// gather(u), then start the gather of the unit after it in this pass (prefetch).
+  void gather_and_prefetch(size_t unit, bool backward);
+
+ private:
+  void start_gather(Unit& u);
+  void free(Unit& u);
+  void reduce_grads(Unit& u);
+
+  DecoderLM model_;
+  Communicator& comm_;
+  FsdpOptions options_;
+  std::vector<std::unique_ptr<Unit>> units_;  // blocks 0..L-1, then the root
+  std::vector<ShardPiece> pieces_;
+};
+
+}  // namespace normlab

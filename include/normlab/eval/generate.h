@@ -1,0 +1,35 @@
+// Text generation from a trained model: temperature, top-k and top-p (nucleus) sampling with a
+// seeded generator, greedy decoding at temperature 0, and a KV cache (kv_cache.h) so that each
+// new token costs one position of compute.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "normlab/nn/model.h"
+
+namespace normlab {
+
+struct SampleOptions {
+  double temperature = 0.8;  // 0: greedy (argmax)
+  int64_t top_k = 0;         // keep the k most likely tokens; 0: all
+  double top_p = 1.0;        // keep the smallest set whose probability reaches p; 1: all
+  uint64_t seed = 0;
+  int64_t max_tokens = 128;  // new tokens at most
+  int64_t stop_token = -1;   // end early after this token (EOS); -1: never
+  bool use_cache = true;     // false: recompute the whole sequence for every token (tests)
+};
+
+/// The next token of `logits` (V) under `options`, drawing from `gen`.
+int64_t sample_next(const torch::Tensor& logits, const SampleOptions& options, at::Generator& gen);
+
+/// Continues `prompt` (at least one token) with up to max_tokens new tokens; `on_token` sees
+/// each one as it is chosen (streaming) and may return false to stop. Returns the new tokens.
+std::vector<int64_t> generate(DecoderLMImpl& model, const std::vector<int64_t>& prompt,
+                              const SampleOptions& options,
+                              const std::function<bool(int64_t)>& on_token = nullptr);
+
+}  // namespace normlab

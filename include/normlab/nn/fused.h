@@ -1,0 +1,47 @@
+// Faster kernels for the CPU training step, each an autograd function with its own backward,
+// tested against the plain ATen composition (tests/unit/test_fused.cpp):
+//   rms_norm(x, w, eps) = w * x * rsqrt(mean(x^2) + eps)    one pass per row (float32/float64)
+//   rope(x, cos, sin)   = x * cos + cat(-x2, x1) * sin      x (B, T, H, D), tables (T, D)
+//   linear(x, w)        = x w^T                             float32 GEMMs through oneDNN
+// Other devices and dtypes take the ATen ops. One op is CUDA-only (add_rms_norm.cpp, kernels in
+// src/nn/kernels/kernels.cu; Norm::add_forward composes it everywhere else):
+//   add_rms_norm(x, b, d, w) = (r, w * r * rsqrt(mean(r^2) + eps)),  r = x + b / d
+// the residual add of a sub-layer and the RMSNorm that follows it, in one pass per row.
+// Measured effect on a training step: docs/performance-cpu.md, which also lists what was
+// tried and dropped (a one-pass SwiGLU and cross-entropy were no faster than ATen's).
+#pragma once
+
+#include <torch/types.h>
+
+#include <string>
+#include <utility>
+
+namespace normlab::fused {
+
+/// `weight` may be undefined (no gain).
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight);
+
+/// (r, n) as above: one fused CUDA kernel forward and one backward. Only for tensors that
+/// fusable_add_rms_norm accepts (throws otherwise); Norm::add_forward dispatches.
+std::pair<torch::Tensor, torch::Tensor> add_rms_norm(const torch::Tensor& x, const torch::Tensor& b,
+                                                     double divisor, const torch::Tensor& weight,
+                                                     double eps);
+
+/// True when add_rms_norm can run: a CUDA build; x, b and an fp32 gain on one
+/// CUDA device; x and b contiguous of one shape; x fp32 with b fp32 or bf16, or both bf16.
+bool fusable_add_rms_norm(const torch::Tensor& x, const torch::Tensor& b,
+                          const torch::Tensor& weight);
+
+/// The CUDA architectures normlab's own kernels (src/nn/kernels) were compiled for, e.g. "90";
+/// empty when this build has no kernels (NORMLAB_CUDA off or no nvcc).
+std::string own_kernels_archs();
+
+/// Whether linear() uses oneDNN in this build (LibTorch exports its matmul and has oneDNN).
+bool onednn_linear_available();
+
+/// True when these tensors take the fused CPU kernels (else the ATen composition).
+bool cpu_fusable(const torch::Tensor& x);
+
+}  // namespace normlab::fused

@@ -1,0 +1,71 @@
+// ModelConfig: everything that decides a model's architecture and initial weights. Plain data,
+// filled from YAML by config_io.h and checked by validate(); components read only this. Each
+// key's meaning is written once, in the schema of src/config/config_io.cpp (docs/config.md).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "normlab/nn/scheme.h"
+#include "normlab/util/name_table.h"
+
+namespace normlab {
+
+enum class NormType { RmsNorm, LayerNorm };
+enum class InitMethod { Mitchell, Normal, Megatron };
+enum class OutputFusion { Code, Paper };
+
+// clang-format off
+template <> struct EnumNames<NormType> {
+  static constexpr NameRow<NormType> rows[] = {{NormType::RmsNorm, "rmsnorm"}, {NormType::LayerNorm, "layernorm"}};
+};
+template <> struct EnumNames<InitMethod> {
+  static constexpr NameRow<InitMethod> rows[] = {
+    {InitMethod::Mitchell, "mitchell"}, {InitMethod::Normal, "normal"}, {InitMethod::Megatron, "megatron"}};
+};
+template <> struct EnumNames<OutputFusion> {
+  static constexpr NameRow<OutputFusion> rows[] = {{OutputFusion::Code, "code"}, {OutputFusion::Paper, "paper"}};
+};
+// clang-format on
+
+/// SiameseNorm's ablation switches (docs/paper.md, Ablation switches); read only by siamese and
+/// siamese_hybrid.
+struct SiameseOptions {
+  bool depth_scale = true;
+  bool input_norm = true;
+  OutputFusion output_fusion = OutputFusion::Code;
+};
+
+struct ModelConfig {
+  Scheme scheme = Scheme::PreNorm;
+  int64_t vocab_size = 50304;
+  int64_t d_model = 2048;
+  int64_t n_layers = 16;
+  int64_t n_heads = 16;
+  int64_t n_kv_heads = 0;
+  int64_t d_ff = 8192;
+  double rope_theta = 10000.0;
+  NormType norm_type = NormType::RmsNorm;
+  double norm_eps = 1e-5;
+  bool qkv_norm = false;
+  bool tie_embeddings = false;
+  InitMethod init = InitMethod::Mitchell;
+  double init_std = 0.02;
+  SiameseOptions siamese;
+  std::optional<double> deep_norm_alpha;
+  std::optional<double> deep_norm_beta;
+  std::optional<int64_t> mix_ln_post_layers;
+
+  int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
+  int64_t head_dim() const { return d_model / n_heads; }
+  bool uses_qkv_norm() const { return qkv_norm || scheme_forces_qkv_norm(scheme); }
+  double deep_alpha() const;
+  double deep_beta() const;
+  int64_t mix_post_layers() const;
+};
+
+/// Throws ConfigError naming the offending `model.` key and value.
+void validate(const ModelConfig& cfg);
+
+}  // namespace normlab

@@ -1,0 +1,37 @@
+// Export: a checkpoint's model as a folder that other tools read:
+//   model.safetensors   the weights by parameter name (metadata format = pt), fp32
+//   config.json         {"format": "normlab", "version": 1, "model": {every model.* key}}
+//   tokenizer.model     the run's data.tokenizer, when it has one
+// import_model reads such a folder back into a DecoderLM with identical logits.
+#pragma once
+
+#include <string>
+
+#include "normlab/nn/model.h"
+
+namespace normlab {
+
+/// `source` is a checkpoint folder or a run folder (its newest checkpoint). Returns the
+/// checkpoint exported. The output folder is written atomically (temporary name, rename).
+std::string export_model(const std::string& source, const std::string& out_dir);
+
+/// The model config of an export folder's config.json.
+ModelConfig export_config(const std::string& dir);
+
+/// The model of an export folder, on `device`.
+DecoderLM import_model(const std::string& dir, torch::Device device = torch::kCPU);
+
+/// A trained model and where it came from.
+struct LoadedModel {
+  DecoderLM model{nullptr};
+  std::string from;       // the export or checkpoint folder read
+  std::string tokenizer;  // its tokenizer.model (export) or data.tokenizer (run), "" if unknown
+  int64_t step = -1;      // the training step of a checkpoint (-1: unknown)
+  int64_t seq_len = 0;    // the run's data.seq_len (0: unknown, an export folder)
+};
+
+/// `source` is an export folder (config.json), a checkpoint folder or a run folder (its newest
+/// checkpoint); the weights are checked against the configuration.
+LoadedModel load_model(const std::string& source, torch::Device device = torch::kCPU);
+
+}  // namespace normlab

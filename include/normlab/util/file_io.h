@@ -1,0 +1,131 @@
+// File helpers with errors that name the file: read-only memory mapping, whole-file reads,
+// atomic writes (a temporary name in the same folder, fsync, then rename), so that a reader
+// never sees a half-written file and an existing file survives a failed write, and the CRC-32
+// digests that checkpoints and token shards carry to detect corruption.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+#include "normlab/util/error.h"
+
+namespace normlab {
+
+/// A read-only mapping of a whole file. Empty files map to data() == nullptr, size() == 0.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const char* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+/// CRC-32 (zlib's polynomial) of a buffer, chained from `crc`.
+uint32_t crc32_of(const void* data, size_t n, uint32_t crc = 0);
+
+/// A file's size and the CRC-32 of its bytes.
+struct FileDigest {
+  uint64_t bytes = 0;
+  uint32_t crc32 = 0;
+  bool operator==(const FileDigest& o) const { return bytes == o.bytes && crc32 == o.crc32; }
+  bool operator!=(const FileDigest& o) const { return !(*this == o); }
+};
+
+/// The digest of a whole file (read through a mapping at about 1 GB/s).
+FileDigest file_digest(const std::string& path);
+
+/// Sequential writer handed to write_file_atomic's callback; every failed write throws.
+class FileWriter {
+ public:
+  void write(const void* data, size_t n);
+  void write(const std::string& s) { write(s.data(), s.size()); }
+  uint64_t bytes_written() const { return digest_.bytes; }
+  /// What has been written so far.
+  const FileDigest& digest() const { return digest_; }
+
+ private:
+  friend FileDigest write_file_atomic(const std::string&, const std::function<void(FileWriter&)>&);
+  FileWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  int fd_;
+  std::string path_;
+  FileDigest digest_;
+};
+
+/// Writes `path` through `fill` into a temporary file next to it, then fsyncs and renames it
+/// into place; returns the digest of what was written. On any failure (including an exception
+/// from `fill`, or a full disk) the temporary file is removed, `path` is untouched, and the
+/// error is rethrown as FileError naming `path`.
+FileDigest write_file_atomic(const std::string& path, const std::function<void(FileWriter&)>& fill);
+
+/// The whole file as a string.
+std::string read_file(const std::string& path);
+
+/// fsyncs a directory so that a rename inside it is durable.
+void fsync_directory(const std::string& dir);
+
+/// A folder written whole or not at all: files go into a temporary folder next to the final
+/// one, and commit() makes it durable and renames it into place, so the final path only ever
+/// holds a complete folder (checkpoints, token shards, exports all write this way):
+///
+///   AtomicFolder f("runs/x/export");      // creates runs/x/export.tmp-<pid>
+///   safetensors_save(f.path() + "/model.safetensors", ...);
+///   f.commit();                           // fsync every file and the folder; rename into place
+///
+/// commit() fsyncs each regular file in the folder (files copied in, too), then the folder;
+/// an existing final folder is moved aside (FINAL.old-<pid>), the new one renamed into place,
+/// the parent fsynced, and the old one removed. Destroyed without commit() (an exception on
+/// the way), the temporary folder is removed. Throws FileError naming the path.
+class AtomicFolder {
+ public:
+  /// `tmp_name`: the temporary folder's name beside the final one (default FINAL.tmp-<pid>;
+  /// several processes writing one folder agree on a fixed name and create it once).
+  explicit AtomicFolder(std::string final_path, std::string tmp_name = "", bool create = true);
+  ~AtomicFolder();
+  AtomicFolder(const AtomicFolder&) = delete;
+  AtomicFolder& operator=(const AtomicFolder&) = delete;
+
+  /// The temporary folder to write into.
+  const std::string& path() const { return tmp_; }
+  void commit();
+
+ private:
+  std::string final_, tmp_;
+  bool committed_ = false;
+};
+
+/// Removes the FINAL.tmp-<pid> and FINAL.old-<pid> folders that writers of `final_path` left
+/// when they were killed (their process is gone).
+void remove_stale_siblings(const std::string& final_path);
+
+/// An exclusive advisory lock (flock) on `path`, created if missing, held until destruction.
+/// The kernel drops it when the process dies, so a killed holder never leaves it stuck.
+class FileLock {
+ public:
+  /// Throws FileError "<path>: in use by another process (<what>)" when someone holds it.
+  FileLock(const std::string& path, const std::string& what);
+  ~FileLock();
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+  /// True when another process holds the lock on `path` now.
+  static bool busy(const std::string& path);
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace normlab

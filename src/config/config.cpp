@@ -1,0 +1,76 @@
+#include "normlab/config/config.h"
+#include "normlab/util/error.h"
+
+#include <sstream>
+#include <stdexcept>
+
+namespace normlab {
+namespace {
+
+template <class T>
+void require(bool ok, const char* key, const T& value, const std::string& rule) {
+  if (ok) return;
+  std::ostringstream msg;
+  msg << key << " = " << value << ": " << rule;
+  throw ConfigError(msg.str());
+}
+
+}  // namespace
+
+void validate(const RunConfig& c) {
+  validate(c.model);
+  require(c.data.seq_len > 0, "data.seq_len", c.data.seq_len, "must be positive");
+
+  const OptimizerConfig& o = c.optimizer;
+  require(o.lr > 0, "optimizer.lr", o.lr, "must be positive");
+  require(o.beta1 >= 0 && o.beta1 < 1, "optimizer.beta1", o.beta1, "must lie in [0, 1)");
+  require(o.beta2 >= 0 && o.beta2 < 1, "optimizer.beta2", o.beta2, "must lie in [0, 1)");
+  require(o.eps > 0, "optimizer.eps", o.eps, "must be positive");
+  require(o.weight_decay >= 0, "optimizer.weight_decay", o.weight_decay, "must be >= 0");
+  require(o.grad_clip >= 0, "optimizer.grad_clip", o.grad_clip, "must be >= 0 (0 = off)");
+
+  const SchedulerConfig& s = c.scheduler;
+  require(s.warmup_steps >= 0, "scheduler.warmup_steps", s.warmup_steps, "must be >= 0");
+  require(s.final_lr_fraction >= 0 && s.final_lr_fraction <= 1, "scheduler.final_lr_fraction",
+          s.final_lr_fraction, "must lie in [0, 1]");
+  require(s.decay_fraction >= 0 && s.decay_fraction <= 1, "scheduler.decay_fraction",
+          s.decay_fraction, "must lie in [0, 1]");
+
+  const TrainConfig& t = c.train;
+  require(t.steps > 0, "train.steps", t.steps, "must be positive");
+  require(t.micro_batch > 0, "train.micro_batch", t.micro_batch, "must be positive");
+  require(
+      t.global_batch > 0 && t.global_batch % t.micro_batch == 0, "train.global_batch",
+      t.global_batch,
+      "must be a positive multiple of train.micro_batch (" + std::to_string(t.micro_batch) + ")");
+  require(t.z_loss >= 0, "train.z_loss", t.z_loss, "must be >= 0");
+  require(t.selective_every >= 1, "train.selective_every", t.selective_every, "must be at least 1");
+  require(t.loss_chunk_rows >= 0, "train.loss_chunk_rows", t.loss_chunk_rows,
+          "must be >= 0 (0 = off)");
+  require(t.spike_window >= 2, "train.spike_window", t.spike_window, "must be at least 2");
+  require(t.spike_sigma > 0, "train.spike_sigma", t.spike_sigma, "must be positive");
+  require(c.eval.every >= 0, "eval.every", c.eval.every, "must be >= 0");
+  require(c.eval.batches >= 0, "eval.batches", c.eval.batches, "must be >= 0");
+  require(c.eval.micro_batch >= 0, "eval.micro_batch", c.eval.micro_batch, "must be >= 0");
+  require(c.diagnostics.every >= 0, "diagnostics.every", c.diagnostics.every, "must be >= 0");
+  require(c.diagnostics.batch >= 1, "diagnostics.batch", c.diagnostics.batch, "must be >= 1");
+  require(c.diagnostics.top_k >= 0, "diagnostics.top_k", c.diagnostics.top_k, "must be >= 0");
+  require(c.checkpoint.every >= 0, "checkpoint.every", c.checkpoint.every, "must be >= 0");
+  require(c.checkpoint.keep >= 1, "checkpoint.keep", c.checkpoint.keep, "must be at least 1");
+  require(c.distributed.timeout_seconds >= 1, "distributed.timeout_seconds",
+          c.distributed.timeout_seconds, "must be at least 1");
+  require(c.logging.every >= 1, "logging.every", c.logging.every, "must be at least 1");
+  require(c.logging.level == "debug" || c.logging.level == "info" || c.logging.level == "warn" ||
+              c.logging.level == "error",
+          "logging.level", c.logging.level, "must be debug, info, warn or error");
+  require(t.device == "auto" || t.device == "cpu" || t.device.rfind("cuda", 0) == 0, "train.device",
+          t.device, "must be auto, cpu, cuda or cuda:N");
+}
+
+bool decays(const std::string& name, int64_t dim, const OptimizerConfig& cfg) {
+  if (dim < 2) return false;  // norm gains, c1, biases
+  const bool embedding = name == "embed.weight" || name == "head.weight";
+  return !embedding || cfg.decay_embeddings;
+}
+
+}  // namespace normlab

@@ -1,0 +1,160 @@
+#include "normlab/data/loader.h"
+
+#include "normlab/data/tokenizer.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+
+namespace normlab {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+Batch make_batch(const TokenDataset& data, const std::vector<int64_t>& ids) {
+  const int64_t T = data.seq_len();
+  const auto n = static_cast<int64_t>(ids.size());
+  torch::Tensor buf = torch::empty({n, T + 1}, torch::kLong);
+  int64_t* p = buf.data_ptr<int64_t>();
+  for (int64_t b = 0; b < n; ++b) data.sample(ids[static_cast<size_t>(b)], p + b * (T + 1));
+  return {buf.narrow(1, 0, T), buf.narrow(1, 1, T)};
+}
+
+}  // namespace
+
+void check_vocabulary(const ShardIndex& index, const std::string& dir, int64_t model_vocab_size,
+                      const std::string& tokenizer_path) {
+  if (static_cast<int64_t>(index.vocab_size) > model_vocab_size)
+    throw ShardError(dir + ": the shards use a tokenizer of " + std::to_string(index.vocab_size) +
+                     " pieces, more than model.vocab_size = " + std::to_string(model_vocab_size));
+  if (!tokenizer_path.empty()) {
+    const Tokenizer tok(tokenizer_path);
+    if (tok.checksum() != index.tokenizer_crc32)
+      throw ShardError(tokenizer_path + ": not the tokenizer that " + dir + " was prepared with (" +
+                       index.tokenizer_file + ", crc32 " + std::to_string(index.tokenizer_crc32) +
+                       ")");
+  }
+}
+
+int64_t permute_index(int64_t i, int64_t n, uint64_t key) {
+  TORCH_CHECK(n > 0 && i >= 0 && i < n, "permute_index: ", i, " outside [0, ", n, ")");
+  if (n == 1) return 0;
+  int bits = 2;
+  while ((int64_t{1} << bits) < n) ++bits;
+  bits += bits & 1;  // an even number of bits: two equal halves
+  const int half = bits / 2;
+  const uint64_t mask = (uint64_t{1} << half) - 1;
+  uint64_t x = static_cast<uint64_t>(i);
+  do {  // cycle walking: re-encrypt until the value falls inside [0, n)
+    uint64_t l = x >> half, r = x & mask;
+    for (uint64_t round = 0; round < 4; ++round) {
+      const uint64_t f = splitmix64(r ^ splitmix64(key + round)) & mask;
+      const uint64_t nl = r;
+      r = l ^ f;
+      l = nl;
+    }
+    x = (l << half) | r;
+  } while (x >= static_cast<uint64_t>(n));
+  return static_cast<int64_t>(x);
+}
+
+TokenDataset::TokenDataset(const std::string& dir, const std::string& split, int64_t seq_len,
+                           bool verify)
+    : index_(shard_index_read(dir)), seq_len_(seq_len) {
+  if (seq_len < 1)
+    throw ShardError("data.seq_len must be positive, got " + std::to_string(seq_len));
+  const auto it = index_.splits.find(split);
+  if (it == index_.splits.end()) throw ShardError(dir + "/index.json: no split '" + split + "'");
+  first_sample_.push_back(0);
+  for (const ShardEntry& e : it->second.shards) {
+    const std::string path = (std::filesystem::path(dir) / e.file).string();
+    ShardFile f(path);
+    if (f.header().tokens != e.tokens || f.header().crc32 != e.crc32 ||
+        f.header().token_bytes != index_.token_bytes || f.header().vocab_size != index_.vocab_size)
+      throw ShardError(path +
+                       ": does not match index.json (token count, checksum, width or vocabulary)");
+    if (verify) f.verify();
+    const auto samples =
+        static_cast<int64_t>(e.tokens > 0 ? (e.tokens - 1) / static_cast<uint64_t>(seq_len) : 0);
+    shards_.push_back(std::move(f));
+    total_samples_ += samples;
+    first_sample_.push_back(total_samples_);
+  }
+  if (total_samples_ == 0)
+    throw ShardError(
+        dir + ": split '" + split + "' holds " + std::to_string(it->second.tokens) +
+        " tokens, not enough for one sample of seq_len + 1 = " + std::to_string(seq_len + 1));
+}
+
+uint64_t TokenDataset::num_tokens() const {
+  uint64_t n = 0;
+  for (const auto& s : shards_) n += s.header().tokens;
+  return n;
+}
+
+void TokenDataset::sample(int64_t i, int64_t* out) const {
+  TORCH_CHECK(i >= 0 && i < total_samples_, "sample ", i, " outside [0, ", total_samples_, ")");
+  const auto s = static_cast<size_t>(
+      std::upper_bound(first_sample_.begin(), first_sample_.end(), i) - first_sample_.begin() - 1);
+  const auto j = static_cast<uint64_t>(i - first_sample_[s]);
+  shards_[s].copy(j * static_cast<uint64_t>(seq_len_), static_cast<uint64_t>(seq_len_) + 1, out);
+}
+
+TrainLoader::TrainLoader(std::shared_ptr<const TokenDataset> data, const LoaderOptions& o)
+    : data_(std::move(data)), o_(o) {
+  TORCH_CHECK(o.world_size >= 1 && o.rank >= 0 && o.rank < o.world_size, "loader: rank ", o.rank,
+              " of ", o.world_size);
+  TORCH_CHECK(o.micro_batch >= 1 && o.global_batch % (o.micro_batch * o.world_size) == 0,
+              "train.global_batch (", o.global_batch, ") must be a multiple of train.micro_batch (",
+              o.micro_batch, ") times the number of ranks (", o.world_size, ")");
+  micro_steps_ = o.global_batch / (o.micro_batch * o.world_size);
+}
+
+std::vector<int64_t> TrainLoader::sample_ids(int64_t step, int64_t micro_step) const {
+  TORCH_CHECK(step >= 0 && micro_step >= 0 && micro_step < micro_steps_, "loader: step ", step,
+              ", micro-step ", micro_step, " of ", micro_steps_);
+  const int64_t N = data_->num_samples();
+  const int64_t per_rank = o_.global_batch / o_.world_size;
+  const int64_t first = step * o_.global_batch + o_.rank * per_rank + micro_step * o_.micro_batch;
+  std::vector<int64_t> ids(static_cast<size_t>(o_.micro_batch));
+  for (int64_t b = 0; b < o_.micro_batch; ++b) {
+    const int64_t p = first + b;  // position in the endless stream of epochs
+    const int64_t epoch = p / N;
+    ids[static_cast<size_t>(b)] =
+        permute_index(p % N, N, splitmix64(o_.seed ^ splitmix64(static_cast<uint64_t>(epoch))));
+  }
+  return ids;
+}
+
+Batch TrainLoader::batch(int64_t step, int64_t micro_step) const {
+  return make_batch(*data_, sample_ids(step, micro_step));
+}
+
+int64_t TrainLoader::epoch_of(int64_t step) const {
+  return step * o_.global_batch / data_->num_samples();
+}
+
+ValLoader::ValLoader(std::shared_ptr<const TokenDataset> data, int64_t batch_size, int64_t rank,
+                     int64_t world_size)
+    : data_(std::move(data)), batch_size_(batch_size), rank_(rank), world_(world_size) {
+  TORCH_CHECK(batch_size >= 1 && world_size >= 1 && rank >= 0 && rank < world_size,
+              "val loader: batch ", batch_size, ", rank ", rank, " of ", world_size);
+}
+
+int64_t ValLoader::num_batches() const { return data_->num_samples() / (batch_size_ * world_); }
+
+Batch ValLoader::batch(int64_t k) const {
+  TORCH_CHECK(k >= 0 && k < num_batches(), "validation batch ", k, " of ", num_batches());
+  std::vector<int64_t> ids(static_cast<size_t>(batch_size_));
+  for (int64_t b = 0; b < batch_size_; ++b)
+    ids[static_cast<size_t>(b)] = (k * world_ + rank_) * batch_size_ + b;
+  return make_batch(*data_, ids);
+}
+
+}  // namespace normlab

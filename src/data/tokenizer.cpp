@@ -1,0 +1,245 @@
+#include "normlab/data/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <random>
+#include <sstream>
+#include <unordered_map>
+
+#include "normlab/data/text_input.h"
+#include "normlab/util/file_io.h"
+
+namespace normlab {
+namespace {
+
+// ---- a minimal protobuf reader, for the few model options that decide splits_at_whitespace
+// Field numbers from sentencepiece_model.proto: ModelProto.trainer_spec = 2,
+// .normalizer_spec = 3; TrainerSpec.split_by_whitespace = 22 (default true),
+// .treat_whitespace_as_suffix = 24 (false), .allow_whitespace_only_pieces = 26 (false);
+// NormalizerSpec.add_dummy_prefix = 3 (true), .remove_extra_whitespaces = 4 (true),
+// .escape_whitespaces = 5 (true).
+
+struct ProtoReader {
+  const unsigned char* p;
+  const unsigned char* end;
+
+  bool varint(uint64_t& v) {
+    v = 0;
+    for (int shift = 0; shift < 64 && p < end; shift += 7) {
+      const unsigned char b = *p++;
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) return true;
+    }
+    return false;
+  }
+
+  // Calls on_field(number, wire_type, varint_value, bytes_begin, bytes_len) for each field.
+  template <class F>
+  bool each(F on_field) {
+    while (p < end) {
+      uint64_t key = 0, v = 0;
+      if (!varint(key)) return false;
+      const int wire = static_cast<int>(key & 7);
+      const uint64_t field = key >> 3;
+      if (wire == 0) {
+        if (!varint(v)) return false;
+        on_field(field, wire, v, nullptr, 0);
+      } else if (wire == 2) {
+        if (!varint(v) || v > static_cast<uint64_t>(end - p)) return false;
+        on_field(field, wire, 0, p, static_cast<size_t>(v));
+        p += v;
+      } else if (wire == 1 || wire == 5) {
+        const size_t n = wire == 1 ? 8 : 4;
+        if (static_cast<size_t>(end - p) < n) return false;
+        p += n;
+      } else {
+        return false;
+      }
+    }
+    return true;
+  }
+};
+
+bool proto_splits_at_whitespace(const std::string& model) {
+  bool split_ws = true, suffix = false, ws_only = false, dummy = true, remove_extra = true,
+       escape = true;
+  ProtoReader top{reinterpret_cast<const unsigned char*>(model.data()),
+                  reinterpret_cast<const unsigned char*>(model.data()) + model.size()};
+  const bool ok =
+      top.each([&](uint64_t field, int wire, uint64_t, const unsigned char* b, size_t n) {
+        if (wire != 2 || (field != 2 && field != 3)) return;
+        ProtoReader sub{b, b + n};
+        sub.each([&](uint64_t f, int w, uint64_t v, const unsigned char*, size_t) {
+          if (w != 0) return;
+          if (field == 2 && f == 22) split_ws = v != 0;
+          if (field == 2 && f == 24) suffix = v != 0;
+          if (field == 2 && f == 26) ws_only = v != 0;
+          if (field == 3 && f == 3) dummy = v != 0;
+          if (field == 3 && f == 4) remove_extra = v != 0;
+          if (field == 3 && f == 5) escape = v != 0;
+        });
+      });
+  return ok && split_ws && !suffix && !ws_only && dummy && remove_extra && escape;
+}
+
+// Training sentences: the lines of every document, reservoir-sampled to at most `limit`.
+class LinesIterator : public sentencepiece::SentenceIterator {
+ public:
+  explicit LinesIterator(std::vector<std::string> lines) : lines_(std::move(lines)) {}
+  bool done() const override { return i_ >= lines_.size(); }
+  void Next() override { ++i_; }
+  const std::string& value() const override { return lines_[i_]; }
+  sentencepiece::util::Status status() const override { return {}; }
+
+ private:
+  std::vector<std::string> lines_;
+  size_t i_ = 0;
+};
+
+}  // namespace
+
+struct Tokenizer::Impl {
+  sentencepiece::SentencePieceProcessor sp;
+  std::string path;
+  uint32_t crc = 0;
+  bool splits = false;
+};
+
+Tokenizer::Tokenizer(const std::string& model_path) : impl_(new Impl) {
+  impl_->path = model_path;
+  const std::string bytes = read_file(model_path);
+  const auto status = impl_->sp.LoadFromSerializedProto(bytes);
+  if (!status.ok())
+    throw TokenizerError(model_path + ": not a SentencePiece model: " + status.ToString());
+  impl_->crc = static_cast<uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
+  impl_->splits = proto_splits_at_whitespace(bytes);
+}
+
+Tokenizer::~Tokenizer() = default;
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<int> ids;
+  const auto status = impl_->sp.Encode(text, &ids);
+  if (!status.ok()) throw TokenizerError(impl_->path + ": encoding failed: " + status.ToString());
+  return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  const std::vector<int> v(ids.begin(), ids.end());
+  for (int id : v)
+    if (id < 0 || id >= impl_->sp.GetPieceSize())
+      throw TokenizerError(impl_->path + ": token id " + std::to_string(id) +
+                           " is outside the vocabulary of " +
+                           std::to_string(impl_->sp.GetPieceSize()));
+  std::string text;
+  const auto status = impl_->sp.Decode(v, &text);
+  if (!status.ok()) throw TokenizerError(impl_->path + ": decoding failed: " + status.ToString());
+  return text;
+}
+
+std::string Tokenizer::piece(int32_t id) const { return impl_->sp.IdToPiece(id); }
+int64_t Tokenizer::vocab_size() const { return impl_->sp.GetPieceSize(); }
+int32_t Tokenizer::eos_id() const { return impl_->sp.eos_id(); }
+int32_t Tokenizer::bos_id() const { return impl_->sp.bos_id(); }
+uint32_t Tokenizer::checksum() const { return impl_->crc; }
+const std::string& Tokenizer::path() const { return impl_->path; }
+bool Tokenizer::splits_at_whitespace() const { return impl_->splits; }
+
+std::vector<int32_t> Tokenizer::token_byte_lengths() const {
+  static const std::string marker = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+  std::vector<int32_t> out(static_cast<size_t>(vocab_size()));
+  for (int32_t id = 0; id < static_cast<int32_t>(out.size()); ++id) {
+    if (impl_->sp.IsControl(id) || impl_->sp.IsUnknown(id)) continue;
+    if (impl_->sp.IsByte(id)) {
+      out[static_cast<size_t>(id)] = 1;
+      continue;
+    }
+    std::string p = impl_->sp.IdToPiece(id);
+    int32_t n = 0;
+    for (size_t at = 0; at < p.size();) {
+      if (p.compare(at, marker.size(), marker) == 0) {
+        ++n;
+        at += marker.size();
+      } else {
+        ++n;
+        ++at;
+      }
+    }
+    out[static_cast<size_t>(id)] = n;
+  }
+  return out;
+}
+
+std::string tokenizer_train(const TokenizerTrainOptions& o) {
+  if (o.vocab_size < 260)
+    throw TokenizerError("--vocab-size " + std::to_string(o.vocab_size) +
+                         ": must be at least 260 (3 special tokens and 256 byte-fallback pieces)");
+  if (o.out_dir.empty()) throw TokenizerError("tokenizer train: no output folder (--out)");
+  const std::vector<std::string> files = expand_inputs(o.inputs);
+
+  // Reservoir sample of the input lines (deterministic for a seed).
+  std::vector<std::string> lines;
+  std::mt19937_64 rng(o.seed);
+  uint64_t seen = 0;
+  for (const std::string& f : files) {
+    read_documents(f, o.text_field, [&](std::string&& doc) {
+      std::istringstream in(doc);
+      for (std::string line; std::getline(in, line);) {
+        if (line.empty()) continue;
+        ++seen;
+        if (o.max_sentences <= 0 || lines.size() < static_cast<size_t>(o.max_sentences)) {
+          lines.push_back(std::move(line));
+        } else {
+          const uint64_t j = rng() % seen;
+          if (j < lines.size()) lines[j] = std::move(line);
+        }
+      }
+    });
+  }
+  if (lines.empty()) throw TokenizerError("tokenizer train: the inputs hold no text");
+
+  const std::unordered_map<std::string, std::string> args = {
+      {"model_type", o.model == TokenizerModel::Bpe ? "bpe" : "unigram"},
+      {"vocab_size", std::to_string(o.vocab_size)},
+      {"byte_fallback", "true"},
+      {"character_coverage", std::to_string(o.character_coverage)},
+      {"num_threads", std::to_string(std::max(1, o.threads))},
+      {"input_sentence_size", "0"},  // already sampled above
+      {"max_sentence_length", "16384"},
+      {"unk_id", "0"},
+      {"bos_id", "1"},
+      {"eos_id", "2"},
+      {"pad_id", "-1"},
+      {"hard_vocab_limit", "false"},
+      {"minloglevel", "1"},  // warnings and errors only
+  };
+  sentencepiece::SetRandomGeneratorSeed(static_cast<unsigned>(o.seed));
+  LinesIterator it(std::move(lines));
+  std::string model;
+  const auto status = sentencepiece::SentencePieceTrainer::Train(args, &it, &model);
+  if (!status.ok()) throw TokenizerError("tokenizer train: " + status.ToString());
+
+  std::filesystem::create_directories(o.out_dir);
+  const std::string model_path = (std::filesystem::path(o.out_dir) / "tokenizer.model").string();
+  write_file_atomic(model_path, [&](FileWriter& w) { w.write(model); });
+  std::string vocab;
+  sentencepiece::SentencePieceProcessor sp;
+  if (!sp.LoadFromSerializedProto(model).ok())
+    throw TokenizerError(model_path + ": the trained model does not load");
+  for (int i = 0; i < sp.GetPieceSize(); ++i) {
+    std::ostringstream row;
+    row << sp.IdToPiece(i) << '\t' << sp.GetScore(i) << '\n';
+    vocab += row.str();
+  }
+  write_file_atomic((std::filesystem::path(o.out_dir) / "tokenizer.vocab").string(),
+                    [&](FileWriter& w) { w.write(vocab); });
+  return model_path;
+}
+
+}  // namespace normlab

@@ -1,0 +1,102 @@
+#include "normlab/eval/info.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+
+#include "normlab/nn/model.h"
+
+namespace normlab {
+namespace {
+
+int64_t total_of(const ModelConfig& cfg) {
+  int64_t n = 0;
+  for (const auto& p : DecoderLM(cfg, torch::kMeta)->parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace
+
+ParamCounts count_parameters(const ModelConfig& cfg) {
+  ParamCounts c;
+  DecoderLM model(cfg, torch::kMeta);
+  c.per_block.assign(static_cast<size_t>(cfg.n_layers), 0);
+  for (const auto& p : model->named_parameters()) {
+    const std::string& name = p.key();
+    const int64_t n = p.value().numel();
+    c.total += n;
+    if (name == "embed.weight")
+      c.embedding += n;
+    else if (name == "head.weight")
+      c.head += n;
+    else if (name.rfind("blocks.", 0) == 0)
+      c.per_block[std::stoul(name.substr(7))] += n;
+    else
+      c.ends += n;
+  }
+  ModelConfig base = cfg;
+  base.scheme = scheme_base(cfg.scheme);
+  c.base = base.scheme;
+  c.base_total = base.scheme == cfg.scheme ? c.total : total_of(base);
+  return c;
+}
+
+double flops_per_token(const ModelConfig& cfg, int64_t seq_len) {
+  const ParamCounts c = count_parameters(cfg);
+  // Tied: the embedding matrix is the head's matmul; untied: the lookup costs no FLOPs.
+  const double n = static_cast<double>(cfg.tie_embeddings ? c.total : c.total - c.embedding);
+  return 6.0 * n + 6.0 * static_cast<double>(cfg.n_layers * cfg.n_heads * cfg.head_dim() *
+                                             seq_len);  // causal: half
+}
+
+MemoryEstimate estimate_memory(const ModelConfig& cfg, const MemoryPlan& plan) {
+  const ParamCounts c = count_parameters(cfg);
+  const double N = static_cast<double>(c.total);
+  const double W = static_cast<double>(std::max<int64_t>(plan.world_size, 1));
+  const double shard = plan.fsdp ? W : 1.0;
+  const double act_bytes = plan.bf16 ? 2.0 : 4.0;
+
+  MemoryEstimate m;
+  m.weights = 4.0 * N / shard;
+  m.gradients = 4.0 * N / shard;
+  m.optimizer = 8.0 * N / shard;
+  const double largest_block =
+      static_cast<double>(*std::max_element(c.per_block.begin(), c.per_block.end()));
+  const double largest_unit =
+      std::max(largest_block, static_cast<double>(c.embedding + c.head + c.ends));
+  if (plan.fsdp) {
+    // The unit in use and the prefetched next one, gathered in the compute dtype, plus the
+    // unit's full fp32 gradient before it is reduce-scattered.
+    m.working = 2.0 * act_bytes * largest_unit + 4.0 * largest_unit;
+  } else if (plan.bf16) {
+    m.working = 2.0 * N;  // autocast's bf16 copy of every weight matrix
+  }
+
+  // Per token and layer: what autograd keeps (fp32 inputs of norms and the c1 product,
+  // compute-dtype inputs/outputs of the matmuls, the attention output and its statistics).
+  const double d = static_cast<double>(cfg.d_model), dff = static_cast<double>(cfg.d_ff);
+  const double H = static_cast<double>(cfg.n_heads), Hk = static_cast<double>(cfg.kv_heads());
+  const double D = static_cast<double>(cfg.head_dim());
+  const double streams = scheme_is_two_stream(cfg.scheme) ? 2.0 : 1.0;
+  DecoderLM model(cfg, torch::kMeta);
+  double vectors = 0;  // d-wide gains (norms, c1) in block 0: each keeps a fp32 d-vector
+  for (const auto& p : model->scheme_blocks[0]->parameters())
+    if (p.dim() == 1 && p.size(0) == cfg.d_model) vectors += 1;
+  const double qkv_rows = (H + 2 * Hk) * D;
+  const double attn = act_bytes * (d + qkv_rows + (H + Hk) * D + d) +
+                      (cfg.uses_qkv_norm() ? 4.0 * qkv_rows : 0.0) + 4.0 * H;
+  const double mlp = act_bytes * (d + 2 * dff + 2 * dff);
+  const double per_layer_token = 4.0 * d * vectors + attn + mlp;
+  const double tokens = static_cast<double>(plan.micro_batch * plan.seq_len);
+  const double L = static_cast<double>(cfg.n_layers);
+  if (plan.activation_checkpointing) {
+    // Block inputs (every stream, fp32) for all layers, plus one block recomputed in full.
+    m.activations = tokens * (L * 4.0 * d * streams + per_layer_token);
+  } else {
+    m.activations = tokens * L * per_layer_token;
+  }
+  m.logits = tokens * static_cast<double>(cfg.vocab_size) * (act_bytes + 4.0 + 4.0);
+  return m;
+}
+
+}  // namespace normlab

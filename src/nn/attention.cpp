@@ -1,0 +1,112 @@
+#include "normlab/nn/attention.h"
+
+#include <ATen/SDPBackend.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+namespace normlab {
+
+AttentionOptions attention_options(const ModelConfig& cfg, torch::Device device) {
+  return AttentionOptions(cfg.d_model, cfg.n_heads)
+      .n_kv_heads(cfg.kv_heads())
+      .qkv_norm(cfg.uses_qkv_norm())
+      .rope_theta(cfg.rope_theta)
+      .norm_type(cfg.norm_type)
+      .norm_eps(cfg.norm_eps)
+      .device(device);
+}
+
+AttentionImpl::AttentionImpl(const AttentionOptions& options_) : options(options_) {
+  const int64_t C = options.d_model(), H = options.n_heads(), Hk = options.kv_heads();
+  const int64_t D = options.head_dim();
+  qkv = register_module("qkv", Linear(C, (H + 2 * Hk) * D, options.device()));
+  out = register_module("out", Linear(H * D, C, options.device()));
+  if (options.qkv_norm()) {
+    const auto head_norm =
+        NormOptions(D).eps(options.norm_eps()).type(options.norm_type()).device(options.device());
+    q_norm = register_module("q_norm", Norm(head_norm));
+    k_norm = register_module("k_norm", Norm(head_norm));
+    v_norm = register_module("v_norm", Norm(head_norm));
+  }
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1);
+  const int64_t H = options.n_heads(), Hk = options.kv_heads(), D = options.head_dim();
+
+  const std::vector<torch::Tensor> parts = qkv(x).split({H * D, Hk * D, Hk * D}, /*dim=*/-1);
+  torch::Tensor q = parts[0].view({B, T, H, D});
+  torch::Tensor k = parts[1].view({B, T, Hk, D});
+  torch::Tensor v = parts[2].view({B, T, Hk, D});
+  if (options.qkv_norm()) {
+    q = q_norm(q);
+    k = k_norm(k);
+    v = v_norm(v);
+  }
+  // Positions start after the cached ones (0 without a cache).
+  const int64_t past = cache ? cache->length : 0;
+  const int64_t end = past + T;
+  const int64_t table_len = cache ? cache->k.size(2) : T;
+  if (!rope_.cos.defined() || rope_.cos.size(0) != table_len || rope_.cos.device() != q.device() ||
+      rope_.cos.scalar_type() != q.scalar_type()) {
+    rope_ = rope_tables(table_len, D, options.rope_theta(), q.device(), q.scalar_type());
+  }
+  const RopeTables at_positions =
+      table_len == T ? rope_
+                     : RopeTables{rope_.cos.narrow(0, past, T), rope_.sin.narrow(0, past, T)};
+  q = rope_apply(q, at_positions).transpose(1, 2);  // (B, H, T, D)
+  k = rope_apply(k, at_positions).transpose(1, 2);  // (B, Hk, T, D)
+  v = v.transpose(1, 2);
+
+  torch::Tensor mask;  // none: causal from position 0, or one new token that sees everything
+  bool causal = true;
+  if (cache) {
+    TORCH_CHECK(end <= cache->k.size(2), "KV cache full: ", end, " positions, room for ",
+                cache->k.size(2));
+    cache->k.narrow(2, past, T).copy_(k);
+    cache->v.narrow(2, past, T).copy_(v);
+    cache->length = end;
+    k = cache->k.narrow(2, 0, end);
+    v = cache->v.narrow(2, 0, end);
+    if (past > 0) {
+      causal = false;
+      if (T > 1) {  // query i (at position past + i) sees keys 0 .. past + i
+        const auto on = torch::TensorOptions().device(q.device());
+        mask = torch::arange(end, on).unsqueeze(0) <= (torch::arange(T, on) + past).unsqueeze(1);
+      }
+    }
+  }
+  const torch::Tensor y = at::scaled_dot_product_attention(
+      q, k, v, mask.defined() ? std::optional<torch::Tensor>(mask) : std::nullopt,
+      /*dropout_p=*/0.0, /*is_causal=*/causal,
+      /*scale=*/1.0 / std::sqrt(static_cast<double>(D)), /*enable_gqa=*/Hk != H);
+  return out(y.transpose(1, 2).reshape({B, T, H * D}));
+}
+
+std::string attention_backend(const AttentionOptions& o, int64_t batch, int64_t seq_len,
+                              torch::ScalarType dtype) {
+  const auto on = torch::TensorOptions().device(o.device()).dtype(dtype);
+  const int64_t D = o.head_dim();
+  // As forward lays them out: (B, T, heads, D) viewed as (B, heads, T, D).
+  const torch::Tensor q = torch::empty({batch, seq_len, o.n_heads(), D}, on).transpose(1, 2);
+  const torch::Tensor kv = torch::empty({batch, seq_len, o.kv_heads(), D}, on).transpose(1, 2);
+  const int64_t choice =
+      at::_fused_sdp_choice(q, kv, kv, std::nullopt, /*dropout_p=*/0.0, /*is_causal=*/true,
+                            1.0 / std::sqrt(static_cast<double>(D)), o.kv_heads() != o.n_heads());
+  switch (static_cast<at::SDPBackend>(choice)) {
+    case at::SDPBackend::flash_attention: return "flash";
+    case at::SDPBackend::cudnn_attention: return "cudnn";
+    case at::SDPBackend::efficient_attention: return "efficient";
+    case at::SDPBackend::math: return "math";
+    case at::SDPBackend::overrideable: return "overrideable";
+    default: return "none (" + std::to_string(choice) + ")";
+  }
+}
+
+void AttentionImpl::pretty_print(std::ostream& stream) const {
+  stream << "normlab::Attention(d_model=" << options.d_model() << ", heads=" << options.n_heads()
+         << ", kv_heads=" << options.kv_heads() << (options.qkv_norm() ? ", qkv_norm" : "") << ")";
+}
+
+}  // namespace normlab

@@ -1,0 +1,49 @@
+#include "normlab/nn/init.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+namespace normlab {
+
+BranchStds branch_stds(const ModelConfig& cfg, int64_t layer) {
+  const double d = static_cast<double>(cfg.d_model), dff = static_cast<double>(cfg.d_ff);
+  const double depth = static_cast<double>(layer + 1);
+  switch (cfg.init) {
+    case InitMethod::Mitchell:
+      return {1.0 / std::sqrt(d), 1.0 / std::sqrt(2.0 * d * depth), 1.0 / std::sqrt(d),
+              1.0 / std::sqrt(2.0 * dff * depth)};
+    case InitMethod::Normal: return {cfg.init_std, cfg.init_std, cfg.init_std, cfg.init_std};
+    case InitMethod::Megatron: {
+      const double scaled = cfg.init_std / std::sqrt(2.0 * static_cast<double>(cfg.n_layers));
+      return {cfg.init_std, scaled, cfg.init_std, scaled};
+    }
+  }
+  return {cfg.init_std, cfg.init_std, cfg.init_std, cfg.init_std};
+}
+
+double embedding_std(const ModelConfig& cfg) {
+  return cfg.init == InitMethod::Mitchell ? 1.0 / std::sqrt(static_cast<double>(cfg.d_model))
+                                          : cfg.init_std;
+}
+
+void trunc_normal_(torch::Tensor w, double std) {
+  torch::NoGradGuard no_grad;
+  // u ~ U(Phi(-3), Phi(3)) mapped through the inverse normal CDF: sqrt(2) erfinv(2u - 1).
+  const double lo = 0.5 * (1.0 + std::erf(-3.0 / std::sqrt(2.0)));
+  const double hi = 0.5 * (1.0 + std::erf(3.0 / std::sqrt(2.0)));
+  w.uniform_(2.0 * lo - 1.0, 2.0 * hi - 1.0);
+  w.erfinv_();
+  w.mul_(std * std::sqrt(2.0));
+  w.clamp_(-3.0 * std, 3.0 * std);
+}
+
+void init_branches(const ModelConfig& cfg, int64_t layer, AttentionImpl& attn, MlpImpl& mlp) {
+  const BranchStds s = branch_stds(cfg, layer);
+  trunc_normal_(attn.qkv->weight, s.qkv);
+  trunc_normal_(attn.out->weight, s.attn_out);
+  trunc_normal_(mlp.up->weight, s.mlp_up);
+  trunc_normal_(mlp.down->weight, s.mlp_down);
+}
+
+}  // namespace normlab

@@ -1,0 +1,87 @@
+#include "normlab/nn/model.h"
+
+#include <torch/torch.h>
+
+#include "normlab/nn/fused.h"
+#include "normlab/nn/init.h"
+#include "normlab/nn/loss.h"
+
+namespace normlab {
+
+DecoderLMImpl::DecoderLMImpl(const ModelConfig& cfg, torch::Device device) : config(cfg) {
+  validate(config);
+  embed = register_module("embed", Embedding(cfg.vocab_size, cfg.d_model, device));
+  trunc_normal_(embed->weight, embedding_std(cfg));
+
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  parts_ = build_scheme(cfg, *this, device);  // registers the scheme's end norms on *this
+  scheme_blocks = std::move(parts_.blocks);
+  for (const auto& b : scheme_blocks) blocks->push_back(b);
+
+  if (!cfg.tie_embeddings) {
+    head = register_module("head", Linear(cfg.d_model, cfg.vocab_size, device));
+    trunc_normal_(head->weight, embedding_std(cfg));
+  }
+}
+
+torch::Tensor DecoderLMImpl::head_weight() const {
+  return config.tie_embeddings ? embed->weight : head->weight;
+}
+
+torch::Tensor DecoderLMImpl::fuse(const Streams& s) const { return parts_.exit(s); }
+
+torch::Tensor DecoderLMImpl::hidden(const torch::Tensor& tokens, const Probe& probe,
+                                    int64_t skip_block) {
+  TORCH_CHECK(tokens.dim() == 2, "DecoderLM: tokens must be (B, T), got ", tokens.sizes());
+  if (hooks) hooks->before_forward();
+  Streams s = parts_.enter(embed(tokens));
+  auto observe = [&](int64_t layer) {
+    if (!probe) return;
+    probe("x", layer, s.x);
+    if (s.y.defined()) probe("y", layer, s.y);
+  };
+  observe(-1);
+  for (size_t l = 0; l < scheme_blocks.size(); ++l) {
+    if (static_cast<int64_t>(l) != skip_block)
+      s = hooks ? hooks->run_block(l, *scheme_blocks[l], s) : scheme_blocks[l]->forward(s);
+    observe(static_cast<int64_t>(l));
+  }
+  torch::Tensor z = parts_.exit(s);
+  if (probe) probe("z", config.n_layers, z);
+  return z;
+}
+
+torch::Tensor DecoderLMImpl::forward(const torch::Tensor& tokens, const Probe& probe) {
+  torch::Tensor logits = fused::linear(hidden(tokens, probe), head_weight());
+  return hooks ? hooks->after_forward(std::move(logits)) : logits;
+}
+
+LossOutput DecoderLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets,
+                               double z_loss, const Probe& probe, int64_t chunk_rows) {
+  TORCH_CHECK(targets.sizes() == tokens.sizes(), "DecoderLM::loss: targets ", targets.sizes(),
+              " must match tokens ", tokens.sizes());
+  LossOutput out;
+  if (chunk_rows > 0) {
+    const torch::Tensor z = hidden(tokens, probe);
+    const ChunkedLoss c = linear_cross_entropy(z.reshape({-1, config.d_model}), head_weight(),
+                                               targets.reshape({-1}), z_loss, chunk_rows);
+    if (hooks) hooks->after_forward(torch::Tensor());
+    out.loss = c.loss;
+    out.ce = c.ce;
+    out.z = c.z;
+    return out;
+  }
+  out.logits = forward(tokens, probe);
+  const torch::Tensor flat = out.logits.reshape({-1, config.vocab_size});
+  const torch::Tensor logits32 =
+      flat.scalar_type() == torch::kDouble ? flat : flat.to(torch::kFloat);
+  out.ce = torch::cross_entropy_loss(logits32, targets.reshape({-1}));
+  out.loss = out.ce;
+  if (z_loss > 0.0) {
+    out.z = torch::logsumexp(logits32, /*dim=*/-1).pow(2).mean();
+    out.loss = out.ce + z_loss * out.z;
+  }
+  return out;
+}
+
+}  // namespace normlab

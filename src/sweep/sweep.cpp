@@ -1,0 +1,411 @@
+// The sweep runner: the state of each point on disk, and a small process scheduler that runs
+// `normlab train` children (fork + execve) `jobs` at a time. The grid: sweep_grid.cpp.
+#include "normlab/sweep/sweep.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "normlab/config/config_io.h"
+#include "normlab/sweep/sweep_report.h"
+#include "normlab/train/checkpoint.h"
+#include "normlab/train/run_summary.h"
+#include "normlab/util/device.h"
+#include "normlab/util/file_io.h"
+
+namespace normlab {
+namespace fs = std::filesystem;
+namespace {
+
+std::string crash_file(const std::string& run_dir) {
+  return (fs::path(run_dir) / "sweep_status.json").string();
+}
+
+// A child's command line and environment, built before fork (nothing allocates after it).
+struct Launch {
+  std::vector<std::string> argv, envp;
+  std::string console;  // stdout + stderr, appended
+};
+
+pid_t spawn(const Launch& l) {
+  std::vector<char*> argv, envp;
+  for (const auto& a : l.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : l.envp) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(std::string("sweep: fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    // Own process group: the terminal's Ctrl-C reaches the sweep only, which then stops each
+    // child exactly once. Dies with the sweep (kill -9 of the sweep kills its children; their
+    // checkpoints are atomic, so the next sweep resumes them).
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(125);
+    const int fd = ::open(l.console.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd < 0) ::_exit(126);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::close(fd);
+    ::execvpe(argv[0], argv.data(), envp.data());  // normlab by its path; a launcher may be on PATH
+    const char msg[] = "normlab sweep: cannot execute the run's command (see the line above)\n";
+    [[maybe_unused]] const ssize_t n = ::write(2, msg, sizeof msg - 1);
+    ::_exit(127);
+  }
+  return pid;
+}
+
+std::vector<std::string> environment_with(const std::vector<std::string>& base,
+                                          const std::map<std::string, std::string>& set) {
+  std::vector<std::string> env;
+  for (const auto& kv : base)
+    if (!set.count(kv.substr(0, kv.find('=')))) env.push_back(kv);
+  for (const auto& [k, v] : set) env.push_back(k + "=" + v);
+  return env;
+}
+
+// The value of KEY in a KEY=VALUE list; nullopt when absent.
+std::optional<std::string> env_value(const std::vector<std::string>& env, const std::string& key) {
+  for (const auto& kv : env)
+    if (kv.compare(0, key.size() + 1, key + "=") == 0) return kv.substr(key.size() + 1);
+  return std::nullopt;
+}
+
+std::string now_text() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+  return buf;
+}
+
+// sweep.json: what this folder sweeps. A second sweep with another base config or other
+// overrides in the same folder would mix incomparable runs, so it is refused.
+void check_or_write_manifest(const SweepSpec& spec, const std::vector<SweepPoint>& points,
+                             const std::string& out) {
+  const std::string path = (fs::path(out) / "sweep.json").string();
+  const std::string config = fs::weakly_canonical(spec.config).string();
+  if (fs::exists(path)) {
+    nlohmann::json old;
+    try {
+      old = nlohmann::json::parse(read_file(path));
+    } catch (const nlohmann::json::exception& e) {
+      throw ConfigError(path + ": unreadable sweep manifest (" + e.what() + ")");
+    }
+    const auto old_config = old.value("config", std::string());
+    const auto old_overrides = old.value("overrides", std::vector<std::string>());
+    if (old_config != config || old_overrides != spec.overrides) {
+      std::string had;
+      for (const auto& o : old_overrides) had += " --set " + o;
+      throw ConfigError(out + " holds a sweep of " + old_config +
+                        (had.empty() ? "" : " with" + had) +
+                        "; this one differs (config or --set): choose another --out");
+    }
+  }
+  nlohmann::json j = {{"format", "normlab-sweep"},
+                      {"version", 1},
+                      {"config", config},
+                      {"overrides", spec.overrides}};
+  for (const auto& p : points)
+    j["points"].push_back({{"name", p.name},
+                           {"scheme", std::string(enum_name(p.scheme))},
+                           {"lr", p.lr},
+                           {"seed", p.seed}});
+  const std::string text = j.dump(2) + "\n";
+  write_file_atomic(path, [&](FileWriter& w) { w.write(text); });
+}
+
+}  // namespace
+
+std::vector<std::string> gpu_slots(const std::vector<std::string>& devices, int per_run) {
+  if (per_run < 1) throw std::invalid_argument("gpu_slots: per_run must be at least 1");
+  std::vector<std::string> slots;
+  for (size_t i = 0; i + static_cast<size_t>(per_run) <= devices.size();
+       i += static_cast<size_t>(per_run)) {
+    std::string s;
+    for (int k = 0; k < per_run; ++k) s += (k ? "," : "") + devices[i + static_cast<size_t>(k)];
+    slots.push_back(s);
+  }
+  return slots;
+}
+
+PointState point_state(const std::string& run_dir) {
+  if (fs::exists(crash_file(run_dir))) return PointState::Crashed;
+  if (const auto s = run_summary_read(run_dir)) {  // unreadable: fall through to the checkpoints
+    switch (s->status) {
+      case RunStatus::Completed: return PointState::Completed;
+      case RunStatus::Diverged: return PointState::Diverged;
+      case RunStatus::Interrupted: return PointState::Interrupted;
+    }
+  }
+  if (fs::is_directory(run_dir) && checkpoint_latest(run_dir)) return PointState::Interrupted;
+  return PointState::Pending;
+}
+
+std::vector<std::string> point_command(const SweepPoint& p, const std::string& config,
+                                       const std::string& normlab, const std::string& run_dir,
+                                       bool gpu, int ranks,
+                                       const std::vector<std::string>& launcher) {
+  std::vector<std::string> argv;
+  if (ranks > 1) {
+    if (launcher.empty())
+      throw ConfigError("sweep: runs of " + std::to_string(ranks) +
+                        " ranks need a launcher (torchrun: the project's Python with torch)");
+    argv = launcher;
+    argv.insert(argv.end(),
+                {"--no-python", "--standalone", "--nproc-per-node", std::to_string(ranks)});
+  }
+  argv.insert(argv.end(), {normlab, "train", "--config", config});
+  for (const auto& s : p.overrides) argv.insert(argv.end(), {"--set", s});
+  if (gpu) argv.insert(argv.end(), {"--set", "train.device=cuda"});
+  argv.insert(argv.end(), {"--out", run_dir, "--resume"});
+  return argv;
+}
+
+namespace {
+
+// Where the children compute: on GPUs, disjoint CUDA_VISIBLE_DEVICES slots, one run per slot;
+// on the CPU, `jobs` runs sharing the cores.
+struct Placement {
+  bool gpu = false;
+  std::vector<std::string> slots;  // CUDA_VISIBLE_DEVICES of each concurrent run (GPU)
+  int jobs = 1;
+  std::map<std::string, std::string> env;  // set in every child
+};
+
+Placement place_runs(const SweepSpec& spec, const SweepOptions& o) {
+  const RunConfig base = config_load(spec.config, spec.overrides);
+  Placement pl;
+  pl.gpu = base.train.device != "cpu" && (base.train.device != "auto" || cuda_available());
+  pl.jobs = spec.jobs;
+  if (pl.gpu) {
+    const int per_run = spec.gpus_per_run > 0 ? spec.gpus_per_run : 1;
+    std::vector<std::string> devices;
+    if (const auto v = env_value(o.environment, "CUDA_VISIBLE_DEVICES"); v && !v->empty()) {
+      std::stringstream ss(*v);
+      for (std::string d; std::getline(ss, d, ',');) devices.push_back(d);
+    } else {
+      for (const auto& d : cuda_devices()) devices.push_back(std::to_string(d.index));
+    }
+    pl.slots = gpu_slots(devices, per_run);
+    if (pl.slots.empty())
+      throw ConfigError("sweep: " + std::to_string(devices.size()) + " visible CUDA device(s), " +
+                        std::to_string(per_run) + " needed per run");
+    const int n = static_cast<int>(pl.slots.size());
+    if (pl.jobs == 0 || pl.jobs > n) pl.jobs = n;
+    return pl;
+  }
+  if (spec.gpus_per_run > 0)
+    throw ConfigError("sweep: --gpus-per-run " + std::to_string(spec.gpus_per_run) +
+                      " but the runs are on the CPU (train.device " + base.train.device +
+                      (cuda_available() ? ")" : ", no CUDA device)"));
+  if (pl.jobs == 0) pl.jobs = 1;
+  if (pl.jobs > 1 && !env_value(o.environment, "OMP_NUM_THREADS")) {
+    // Share the cores between the concurrent runs instead of oversubscribing them.
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    pl.env["OMP_NUM_THREADS"] =
+        std::to_string(std::max(1u, cores / static_cast<unsigned>(pl.jobs)));
+  }
+  return pl;
+}
+
+// One sweep invocation: launches the points still to run as children, at most `jobs` at a
+// time, records how each ended, and passes a stop request on to the running children.
+class SweepRunner {
+ public:
+  SweepRunner(const SweepSpec& spec, const SweepOptions& o, std::vector<SweepPoint> points,
+              Placement pl)
+      : spec_(spec), o_(o), points_(std::move(points)), pl_(std::move(pl)) {
+    slot_busy_.assign(pl_.gpu ? pl_.slots.size() : static_cast<size_t>(pl_.jobs), false);
+  }
+
+  SweepOutcome run() {
+    for (size_t i = 0; i < points_.size(); ++i) {
+      const PointState st = point_state(dir_of(i));
+      if (st == PointState::Completed || st == PointState::Diverged)
+        ++outcome_.skipped;
+      else
+        todo_.push_back(i);
+    }
+    say("sweep: " + std::to_string(points_.size()) + " runs (" + std::to_string(outcome_.skipped) +
+        " finished before, " + std::to_string(todo_.size()) + " to run), " +
+        std::to_string(pl_.jobs) + " at a time" +
+        (pl_.gpu ? " on GPUs"
+         : pl_.env.count("OMP_NUM_THREADS")
+             ? ", " + pl_.env.at("OMP_NUM_THREADS") + " thread(s) each"
+             : ""));
+    write_sweep_reports(o_.out, points_);
+    while (poll()) {
+    }
+    outcome_.interrupted += static_cast<int>(todo_.size() - next_);  // never launched
+    write_sweep_reports(o_.out, points_);
+    return outcome_;
+  }
+
+ private:
+  struct Child {
+    pid_t pid;
+    size_t point;
+    size_t slot;
+    std::chrono::steady_clock::time_point start;
+    fs::file_time_type launched;  // to tell this child's summary.json from an earlier one
+  };
+
+  void say(const std::string& s) const {
+    if (o_.say) o_.say(s);
+  }
+  std::string dir_of(size_t idx) const {
+    return (fs::path(o_.out) / "runs" / points_[idx].name).string();
+  }
+
+  // One round: pass on a stop request, launch what fits, reap a finished child (or wait a
+  // little). False when nothing is left to do.
+  bool poll() {
+    const int stop = o_.stop ? o_.stop->load() : 0;
+    if (stop > signalled_) {
+      for (const Child& c : running_) ::kill(c.pid, stop >= 2 ? SIGKILL : SIGTERM);
+      if (signalled_ == 0 && !running_.empty())
+        say("sweep: stopping " + std::to_string(running_.size()) +
+            " run(s); each saves a checkpoint");
+      signalled_ = stop;
+    }
+    while (stop == 0 && next_ < todo_.size() && static_cast<int>(running_.size()) < pl_.jobs) {
+      if (FileLock::busy((fs::path(dir_of(todo_[next_])) / ".lock").string()))
+        break;  // a killed earlier child still exiting
+      launch(todo_[next_++]);
+    }
+    if (running_.empty() && (stop != 0 || next_ >= todo_.size())) return false;
+    int wstatus = 0;
+    const pid_t pid = ::waitpid(-1, &wstatus, WNOHANG);
+    if (pid <= 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      return true;
+    }
+    for (size_t i = 0; i < running_.size(); ++i)
+      if (running_[i].pid == pid) {
+        const Child c = running_[i];
+        running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+        slot_busy_[c.slot] = false;
+        finish(c, wstatus);
+        break;
+      }
+    return true;
+  }
+
+  void launch(size_t idx) {
+    const SweepPoint& p = points_[idx];
+    const std::string dir = dir_of(idx);
+    fs::create_directories(dir);
+    fs::remove(crash_file(dir));
+    const PointState before = point_state(dir);
+    Launch l;
+    // The child sees only its slot's devices, numbered from 0; K > 1 of them: K ranks (FSDP).
+    l.argv = point_command(p, spec_.config, o_.normlab, dir, pl_.gpu,
+                           pl_.gpu ? std::max(spec_.gpus_per_run, 1) : 1, o_.launcher);
+    size_t slot = 0;
+    while (slot_busy_[slot]) ++slot;
+    std::map<std::string, std::string> child_env = pl_.env;
+    if (pl_.gpu) child_env["CUDA_VISIBLE_DEVICES"] = pl_.slots[slot];
+    l.envp = environment_with(o_.environment, child_env);
+    l.console = (fs::path(dir) / "console.log").string();
+    {
+      std::string cmd;
+      for (const auto& a : l.argv) cmd += (cmd.empty() ? "" : " ") + a;
+      FILE* f = std::fopen(l.console.c_str(), "a");
+      if (!f) throw FileError(l.console + ": cannot open: " + std::strerror(errno));
+      std::fprintf(f, "==== %s normlab sweep: %s%s\n", now_text().c_str(),
+                   pl_.gpu ? ("CUDA_VISIBLE_DEVICES=" + pl_.slots[slot] + " ").c_str() : "",
+                   cmd.c_str());
+      std::fclose(f);
+    }
+    running_.push_back(
+        {spawn(l), idx, slot, std::chrono::steady_clock::now(), fs::file_time_type::clock::now()});
+    slot_busy_[slot] = true;
+    say(std::string(before == PointState::Pending ? "start  " : "resume ") + p.name +
+        (pl_.gpu ? " on GPU " + pl_.slots[slot] : "") + " (log: " + l.console + ")");
+  }
+
+  void finish(const Child& c, int wstatus) {
+    const SweepPoint& p = points_[c.point];
+    const std::string dir = dir_of(c.point);
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - c.start).count();
+    const int code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+    std::string what;
+    // A launcher (torchrun) reports any failing rank as exit 1, a diverged run included: its
+    // own summary.json, written after this child started, says what happened.
+    std::error_code ec;
+    const fs::path summary = fs::path(dir) / "summary.json";
+    const bool fresh_summary =
+        fs::exists(summary, ec) && fs::last_write_time(summary, ec) >= c.launched;
+    if (code == exit_code(RunStatus::Completed) || code == exit_code(RunStatus::Diverged) ||
+        code == exit_code(RunStatus::Interrupted) || fresh_summary) {
+      const PointState st = point_state(dir);
+      what = std::string(enum_name(st));
+      if (st == PointState::Completed)
+        ++outcome_.completed;
+      else if (st == PointState::Diverged)
+        ++outcome_.diverged;
+      else
+        ++outcome_.interrupted;
+      const PointResult r = read_point_result(dir, p);
+      if (r.val_perplexity) what += ", val ppl " + format_number(*r.val_perplexity, 2);
+      if (r.diverged_at) what += " at step " + std::to_string(*r.diverged_at);
+    } else {
+      nlohmann::json j = {{"state", "crashed"}, {"exit_code", code}};
+      if (WIFSIGNALED(wstatus)) j["signal"] = WTERMSIG(wstatus);
+      const std::string text = j.dump() + "\n";
+      write_file_atomic(crash_file(dir), [&](FileWriter& w) { w.write(text); });
+      what = WIFSIGNALED(wstatus)
+                 ? "crashed (signal " + std::to_string(WTERMSIG(wstatus)) + ")"
+                 : "crashed (exit " + std::to_string(code) + "; see " + dir + "/console.log)";
+      ++outcome_.crashed;
+    }
+    ++done_;
+    say("[" + std::to_string(done_) + "/" + std::to_string(todo_.size()) + "] " + p.name + ": " +
+        what + " (" + format_number(secs, 0) + " s)");
+    write_sweep_reports(o_.out, points_);
+  }
+
+  const SweepSpec& spec_;
+  const SweepOptions& o_;
+  const std::vector<SweepPoint> points_;
+  const Placement pl_;
+  SweepOutcome outcome_;
+  std::vector<size_t> todo_;  // indices of the points to run, in order
+  std::vector<Child> running_;
+  std::vector<bool> slot_busy_;
+  size_t next_ = 0, done_ = 0;
+  int signalled_ = 0;  // the stop level already passed on to the children
+};
+
+}  // namespace
+
+SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& o) {
+  if (o.out.empty()) throw ConfigError("sweep: no output folder (--out)");
+  std::vector<SweepPoint> points = sweep_points(spec);  // validates everything first
+  Placement pl = place_runs(spec, o);
+  fs::create_directories(fs::path(o.out) / "runs");
+  const FileLock lock((fs::path(o.out) / "sweep.lock").string(), "a normlab sweep runs there");
+  check_or_write_manifest(spec, points, o.out);
+  return SweepRunner(spec, o, std::move(points), std::move(pl)).run();
+}
+
+}  // namespace normlab
