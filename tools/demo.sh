@@ -1,23 +1,63 @@
 #!/usr/bin/env bash
-# The main job on the built-in default data, from a fresh clone: set up and build normlab,
-# turn the King James Bible into a tokenizer and token shards, train a SiameseNorm
-# (hybrid-pre) model on the CPU with configs/small/lm.yaml (about 5 minutes on 2 cores), print
-# the validation perplexity, and export the model.
+# The main job on the built-in default data, from a fresh clone: set up, build the CLI (only
+# what the demo runs: the `normlab` program and the library), turn the King James Bible into a
+# tokenizer and token shards, train a SiameseNorm (hybrid-pre) model on the CPU with
+# configs/small/lm.yaml, print the validation perplexity, export the model, draw its loss
+# curve (runs/demo/loss.png) and print greedy continuations of a few prompts. The last lines
+# give the time of each phase.
 # Re-running continues the same run (runs/demo), so a finished demo returns at once.
 # Env: NORMLAB_BUILD_DIR, and any `normlab train` --set through DEMO_SET (space-separated).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${NORMLAB_BUILD_DIR:-$root/build}
 cd "$root"
-"$root/tools/build.sh"
-"$build/tools/normlab" version
+normlab=$build/tools/normlab
+phase_names=() phase_secs=()
+t=$(date +%s)
+phase() {  # phase NAME: the time since the previous phase ended goes to NAME
+  local now
+  now=$(date +%s)
+  phase_names+=("$1")
+  phase_secs+=($((now - t)))
+  t=$now
+}
+
+"$root/tools/setup.sh"
+phase setup
+NORMLAB_SKIP_SETUP=1 "$root/tools/build.sh" --target normlab-cli
+"$normlab" version
+phase build
 "$root/tools/prepare_corpus.sh"
+phase data
 
 sets=()
 for s in ${DEMO_SET:-}; do sets+=(--set "$s"); done
-start=$(date +%s)
-"$build/tools/normlab" train --config configs/small/lm.yaml --set model.scheme=siamese_hybrid \
+"$normlab" train --config configs/small/lm.yaml --set model.scheme=siamese_hybrid \
   --out runs/demo --resume "${sets[@]}"
-"$build/tools/normlab" export --checkpoint runs/demo --out runs/demo/export
-echo "demo: trained and evaluated in $(( $(date +%s) - start )) s; outputs in runs/demo/"
-echo "      summary.json, metrics.jsonl, train.log, checkpoints/, export/ (model.safetensors, config.json, tokenizer.model)"
+"$normlab" export --checkpoint runs/demo --out runs/demo/export
+phase training
+
+python=$root/.venv/bin/python
+[ -x "$python" ] || python=python3
+if plot=$("$python" "$root/tools/plot_run.py" runs/demo 2>&1); then
+  echo "demo: the loss curve is $root/$plot"
+else
+  echo "demo: no loss plot ($plot)"
+fi
+echo "demo: greedy continuations of the trained model (normlab generate --temperature 0):"
+for prompt in "In the beginning" "And the LORD said unto Moses," "Blessed are the"; do
+  text=$("$normlab" generate --checkpoint runs/demo --prompt "$prompt" --temperature 0 \
+         --max-tokens 24 2>/dev/null | tr '\n' ' ')
+  echo "  > $text"
+done
+phase "plot and samples"
+
+echo "demo: outputs in runs/demo/: summary.json, metrics.jsonl, train.log, loss.png, checkpoints/,"
+echo "      export/ (model.safetensors, config.json, tokenizer.model)"
+total=0
+line="demo: time"
+for i in "${!phase_names[@]}"; do
+  line+=" | ${phase_names[$i]} ${phase_secs[$i]} s"
+  total=$((total + phase_secs[i]))
+done
+echo "$line | total ${total} s"

@@ -40,12 +40,21 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+die() { echo "setup: $*" >&2; exit 1; }
 if ((${#missing[@]})); then
+  command -v apt-get >/dev/null \
+    || die "missing Debian packages (${missing[*]}) and no apt-get here: install them with the system's package manager"
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || die "missing Debian packages (${missing[*]}): run tools/setup.sh as root, or install sudo"
+    sudo="sudo"
+  fi
   echo "setup: installing Debian packages: ${missing[*]}"
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  $sudo apt-get update -qq >/dev/null 2>&1 \
+    || die "apt-get update failed: check the network and the package mirror (/etc/apt/sources.list*)"
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+    || die "apt-get could not install ${missing[*]} (its messages are above)"
 fi
 
 # The torch wheel's CMake config needs the CUDA toolkit at configure time (docs/dependencies.md).
@@ -65,11 +74,17 @@ except Exception: pass
 PY
 )
   if [ "${have%%+*}" != "$TORCH_VERSION" ] || ! "$py" -c "import numpy, safetensors, sentencepiece, matplotlib" 2>/dev/null; then
+    # The wheels (about 3.6 GB), their installed form and a build need about 10 GB.
+    mkdir -p "$(dirname "$venv")"
+    free_kb=$(df -Pk "$(dirname "$venv")" | awk 'NR == 2 { print $4 }')
+    [ "${free_kb:-0}" -ge $((10 * 1024 * 1024)) ] \
+      || die "only $((free_kb / 1024 / 1024)) GB free on the disk of $venv; the torch venv and a build need about 10 GB: free space, or set NORMLAB_VENV to a folder on a larger disk"
     echo "setup: creating $venv with torch==$TORCH_VERSION (about 3.6 GB of wheels)"
     start=$(date +%s)
-    [ -x "$py" ] || python3 -m venv "$venv"
+    [ -x "$py" ] || python3 -m venv "$venv" || die "python3 -m venv $venv failed (is python3-venv installed?)"
     "$py" -m pip install -q --disable-pip-version-check \
-      "torch==$TORCH_VERSION" numpy safetensors sentencepiece matplotlib
+      "torch==$TORCH_VERSION" numpy safetensors sentencepiece matplotlib \
+      || die "pip could not install torch==$TORCH_VERSION and the reference packages into $venv: check the network and access to PyPI (or PIP_INDEX_URL)"
     echo "setup: venv ready in $(( $(date +%s) - start )) s"
   fi
 fi

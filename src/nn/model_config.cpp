@@ -22,7 +22,7 @@ int64_t ModelConfig::mix_post_layers() const {
 namespace {
 
 template <class T>
-void require(bool ok, const char* key, const T& value, const std::string& rule) {
+void require_model(bool ok, const char* key, const T& value, const std::string& rule) {
   if (ok) return;
   std::ostringstream msg;
   msg << "model." << key << " = " << value << ": " << rule;
@@ -32,29 +32,30 @@ void require(bool ok, const char* key, const T& value, const std::string& rule) 
 }  // namespace
 
 void validate(const ModelConfig& c) {
-  require(c.vocab_size > 0, "vocab_size", c.vocab_size, "must be positive");
-  require(c.d_model > 0, "d_model", c.d_model, "must be positive");
-  require(c.n_layers > 0, "n_layers", c.n_layers, "must be positive");
-  require(c.n_heads > 0, "n_heads", c.n_heads, "must be positive");
-  require(c.d_model % c.n_heads == 0, "d_model", c.d_model,
-          "must be divisible by model.n_heads (" + std::to_string(c.n_heads) + ")");
-  require(c.head_dim() % 2 == 0, "n_heads", c.n_heads,
-          "head dimension d_model / n_heads = " + std::to_string(c.head_dim()) +
-              " must be even for RoPE");
-  require(c.n_kv_heads >= 0, "n_kv_heads", c.n_kv_heads, "must be 0 (= n_heads) or positive");
-  require(c.n_heads % c.kv_heads() == 0, "n_kv_heads", c.n_kv_heads,
-          "must divide model.n_heads (" + std::to_string(c.n_heads) + ")");
-  require(c.d_ff > 0, "d_ff", c.d_ff, "must be positive");
-  require(c.rope_theta > 0, "rope_theta", c.rope_theta, "must be positive");
-  require(c.norm_eps >= 0, "norm_eps", c.norm_eps, "must be >= 0");
-  require(c.init_std > 0, "init_std", c.init_std, "must be positive");
+  require_model(c.vocab_size > 0, "vocab_size", c.vocab_size, "must be positive");
+  require_model(c.d_model > 0, "d_model", c.d_model, "must be positive");
+  require_model(c.n_layers > 0, "n_layers", c.n_layers, "must be positive");
+  require_model(c.n_heads > 0, "n_heads", c.n_heads, "must be positive");
+  require_model(c.d_model % c.n_heads == 0, "d_model", c.d_model,
+                "must be divisible by model.n_heads (" + std::to_string(c.n_heads) + ")");
+  require_model(c.head_dim() % 2 == 0, "n_heads", c.n_heads,
+                "head dimension d_model / n_heads = " + std::to_string(c.head_dim()) +
+                    " must be even for RoPE");
+  require_model(c.n_kv_heads >= 0, "n_kv_heads", c.n_kv_heads, "must be 0 (= n_heads) or positive");
+  require_model(c.n_heads % c.kv_heads() == 0, "n_kv_heads", c.n_kv_heads,
+                "must divide model.n_heads (" + std::to_string(c.n_heads) + ")");
+  require_model(c.d_ff > 0, "d_ff", c.d_ff, "must be positive");
+  require_model(c.rope_theta > 0, "rope_theta", c.rope_theta, "must be positive");
+  require_model(c.norm_eps >= 0, "norm_eps", c.norm_eps, "must be >= 0");
+  require_model(c.init_std > 0, "init_std", c.init_std, "must be positive");
   if (c.deep_norm_alpha)
-    require(*c.deep_norm_alpha > 0, "deep_norm_alpha", *c.deep_norm_alpha, "must be positive");
+    require_model(*c.deep_norm_alpha > 0, "deep_norm_alpha", *c.deep_norm_alpha,
+                  "must be positive");
   if (c.deep_norm_beta)
-    require(*c.deep_norm_beta > 0, "deep_norm_beta", *c.deep_norm_beta, "must be positive");
+    require_model(*c.deep_norm_beta > 0, "deep_norm_beta", *c.deep_norm_beta, "must be positive");
   if (c.mix_ln_post_layers)
-    require(*c.mix_ln_post_layers >= 0 && *c.mix_ln_post_layers <= c.n_layers, "mix_ln_post_layers",
-            *c.mix_ln_post_layers, "must lie in [0, model.n_layers]");
+    require_model(*c.mix_ln_post_layers >= 0 && *c.mix_ln_post_layers <= c.n_layers,
+                  "mix_ln_post_layers", *c.mix_ln_post_layers, "must lie in [0, model.n_layers]");
 }
 
 }  // namespace normlab

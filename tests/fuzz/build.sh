@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Configures and builds the libFuzzer targets (tests/fuzz/CMakeLists.txt) with clang++.
-# Usage: tests/fuzz/build.sh BUILD_DIR. Without clang++ or libFuzzer it builds nothing and the
-# fuzz tests (tests/fuzz/run.sh) skip.
+# Usage: tests/fuzz/build.sh BUILD_DIR. Without clang++ or libFuzzer it builds nothing and exits
+# 77 (CTest: skipped), and the fuzz tests (tests/fuzz/run.sh) skip too.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build=$1
 cxx=$(command -v clang++ || command -v clang++-14 || true)
-if [ -z "$cxx" ]; then echo "fuzz: no clang++ (tools/setup.sh installs it): the fuzz tests skip (PASS)"; exit 0; fi
+if [ -z "$cxx" ]; then echo "fuzz: no clang++ (tools/setup.sh installs it): skipped"; exit 77; fi
 if ! echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' |
      "$cxx" -x c++ -fsanitize=fuzzer - -o /dev/null 2>/dev/null; then
-  echo "fuzz: $cxx cannot link libFuzzer: the fuzz tests skip (PASS)"; exit 0
+  echo "fuzz: $cxx cannot link libFuzzer: skipped"; exit 77
 fi
 mkdir -p "$build"
 if [ ! -f "$build/build.ninja" ]; then

@@ -11,9 +11,10 @@ using namespace normlab;
 
 namespace {
 
-void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+void config_write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
-std::string error_of(const std::string& path, const std::vector<std::string>& overrides = {}) {
+std::string config_error_of(const std::string& path,
+                            const std::vector<std::string>& overrides = {}) {
   try {
     config_load(path, overrides);
   } catch (const ConfigError& e) {
@@ -33,10 +34,10 @@ TEST(Config, DefaultsAreValid) {
 
 TEST(Config, BaseFilesMergeAndOverridesApplyInOrder) {
   test::ScratchDir dir("cfg");
-  write(dir / "base.yaml",
-        "model:\n  d_model: 64\n  n_heads: 4\n  n_layers: 3\noptimizer:\n  lr: 0.01\n");
-  write(dir / "run.yaml",
-        "base: base.yaml\nmodel:\n  n_layers: 5\n  siamese:\n    input_norm: false\n");
+  config_write(dir / "base.yaml",
+               "model:\n  d_model: 64\n  n_heads: 4\n  n_layers: 3\noptimizer:\n  lr: 0.01\n");
+  config_write(dir / "run.yaml",
+               "base: base.yaml\nmodel:\n  n_layers: 5\n  siamese:\n    input_norm: false\n");
   const RunConfig c = config_load(
       dir / "run.yaml", {"optimizer.lr=2e-3", "model.scheme=siamese", "optimizer.lr=4e-4"});
   EXPECT_EQ(c.model.d_model, 64);  // from the base
@@ -61,7 +62,7 @@ TEST(Config, ResolvedYamlReloadsToTheSameConfig) {
                        "model.siamese.output_fusion=paper", "data.train=a b/c",
                        "model.mix_ln_post_layers=2", "train.seed=18446744073709551615"});
   const std::string text = config_to_yaml(a);
-  write(dir / "resolved.yaml", text);
+  config_write(dir / "resolved.yaml", text);
   const RunConfig b = config_load(dir / "resolved.yaml");
   EXPECT_EQ(config_to_yaml(b), text);
   EXPECT_DOUBLE_EQ(b.optimizer.lr, 0.0007);
@@ -72,19 +73,19 @@ TEST(Config, ResolvedYamlReloadsToTheSameConfig) {
 
 TEST(Config, RejectsBadInputNamingTheSourceAndKey) {
   test::ScratchDir dir("cfg");
-  write(dir / "typo.yaml", "model:\n  d_modle: 64\n");
-  write(dir / "section.yaml", "modle:\n  d_model: 64\n");
-  write(dir / "type.yaml", "model:\n  n_layers: three\n");
-  write(dir / "bool.yaml", "model:\n  tie_embeddings: maybe\n");
-  write(dir / "float_int.yaml", "model:\n  n_layers: 2.5\n");
-  write(dir / "scalar_section.yaml", "model: 3\n");
-  write(dir / "enum.yaml", "model:\n  norm_type: batchnorm\n");
-  write(dir / "invalid.yaml", "model:\n  d_model: 100\n  n_heads: 16\n");
-  write(dir / "yaml.yaml", "model: [unclosed\n");
-  write(dir / "cycle.yaml", "base: cycle.yaml\n");
-  write(dir / "batch.yaml", "train:\n  global_batch: 10\n  micro_batch: 4\n");
-  write(dir / "lr.yaml", "optimizer:\n  lr: -1\n");
-  write(dir / "from_base.yaml", "base: typo.yaml\n");
+  config_write(dir / "typo.yaml", "model:\n  d_modle: 64\n");
+  config_write(dir / "section.yaml", "modle:\n  d_model: 64\n");
+  config_write(dir / "type.yaml", "model:\n  n_layers: three\n");
+  config_write(dir / "bool.yaml", "model:\n  tie_embeddings: maybe\n");
+  config_write(dir / "float_int.yaml", "model:\n  n_layers: 2.5\n");
+  config_write(dir / "scalar_section.yaml", "model: 3\n");
+  config_write(dir / "enum.yaml", "model:\n  norm_type: batchnorm\n");
+  config_write(dir / "invalid.yaml", "model:\n  d_model: 100\n  n_heads: 16\n");
+  config_write(dir / "yaml.yaml", "model: [unclosed\n");
+  config_write(dir / "cycle.yaml", "base: cycle.yaml\n");
+  config_write(dir / "batch.yaml", "train:\n  global_batch: 10\n  micro_batch: 4\n");
+  config_write(dir / "lr.yaml", "optimizer:\n  lr: -1\n");
+  config_write(dir / "from_base.yaml", "base: typo.yaml\n");
   struct Case {
     std::string file;
     std::vector<std::string> overrides;
@@ -121,7 +122,7 @@ TEST(Config, RejectsBadInputNamingTheSourceAndKey) {
        "diagnostics, checkpoint, logging, distributed)"},
   };
   for (const Case& c : cases) {
-    const std::string err = error_of(c.file.empty() ? "" : dir / c.file, c.overrides);
+    const std::string err = config_error_of(c.file.empty() ? "" : dir / c.file, c.overrides);
     EXPECT_NE(err.find(c.expect), std::string::npos) << c.file << ": got '" << err << "'";
   }
 }

@@ -67,7 +67,7 @@ std::vector<std::string> split_docs(const std::string& text) {
   return docs;
 }
 
-std::string error_of(const PrepareOptions& o) {
+std::string data_prepare_error_of(const PrepareOptions& o) {
   try {
     data_prepare(o);
   } catch (const std::exception& e) {
@@ -171,7 +171,7 @@ TEST(DataPrepare, BadInputsFailClearlyAndLeaveNoShards) {
       {{dir.path.string()}, "o8", ": not a regular file"},
   };
   for (const Case& c : cases) {
-    const std::string err = error_of(options(c.inputs, dir / c.out));
+    const std::string err = data_prepare_error_of(options(c.inputs, dir / c.out));
     EXPECT_NE(err.find(c.expect), std::string::npos) << c.out << ": got '" << err << "'";
     if (c.out != "full") {
       EXPECT_FALSE(fs::exists(dir / c.out)) << c.out;

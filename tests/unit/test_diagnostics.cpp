@@ -10,7 +10,7 @@ using namespace normlab;
 
 namespace {
 
-DecoderLM model_of(Scheme s, int64_t layers = 2, uint64_t seed = 0) {
+DecoderLM diagnostics_model_of(Scheme s, int64_t layers = 2, uint64_t seed = 0) {
   ModelConfig c = test::tiny_config(s);
   c.n_layers = layers;
   torch::manual_seed(seed);
@@ -43,7 +43,7 @@ void zero_block(DecoderLMImpl& m, int64_t l) {
 }  // namespace
 
 TEST(Diagnostics, PreNormStreamGrowsWithDepth) {
-  DecoderLM m = model_of(Scheme::PreNorm, 6);
+  DecoderLM m = diagnostics_model_of(Scheme::PreNorm, 6);
   const Data d = batch();
   const DiagnosticsReport r = run_diagnostics(*m, d.inputs, d.targets, {});
   ASSERT_EQ(r.rms.size(), 1u);  // one stream
@@ -63,7 +63,7 @@ TEST(Diagnostics, PreNormStreamGrowsWithDepth) {
 }
 
 TEST(Diagnostics, AnIdentityBlockChangesNothingAndPrunesForFree) {
-  DecoderLM m = model_of(Scheme::PreNorm, 4);
+  DecoderLM m = diagnostics_model_of(Scheme::PreNorm, 4);
   zero_block(*m, 2);
   const Data d = batch();
   DiagnosticsOptions o;
@@ -82,7 +82,7 @@ TEST(Diagnostics, AnIdentityBlockChangesNothingAndPrunesForFree) {
 }
 
 TEST(Diagnostics, GradientsAreAutogradsAndLeaveTheParametersAlone) {
-  DecoderLM m = model_of(Scheme::Siamese, 3);
+  DecoderLM m = diagnostics_model_of(Scheme::Siamese, 3);
   const Data d = batch();
   // Independent: a plain backward pass, then the norms of the parameters' .grad.
   m->zero_grad();
@@ -118,7 +118,7 @@ TEST(Diagnostics, GradientsAreAutogradsAndLeaveTheParametersAlone) {
 
 TEST(Diagnostics, HandSetGainsComeBackAsSet) {
   for (Scheme s : {Scheme::SiameseHybrid, Scheme::Siamese}) {
-    DecoderLM m = model_of(s, 2);
+    DecoderLM m = diagnostics_model_of(s, 2);
     {
       torch::NoGradGuard g;
       const bool hybrid = s == Scheme::SiameseHybrid;
@@ -145,14 +145,14 @@ TEST(Diagnostics, HandSetGainsComeBackAsSet) {
     EXPECT_DOUBLE_EQ(find(-1, "final").ratio, 2.0);
     EXPECT_DOUBLE_EQ(find(0, "attn").ratio, 1.0);  // untouched: the init value
   }
-  DecoderLM pre = model_of(Scheme::PreNorm, 2);
+  DecoderLM pre = diagnostics_model_of(Scheme::PreNorm, 2);
   const Data d = batch();
   EXPECT_TRUE(run_diagnostics(*pre, d.inputs, d.targets, {})
                   .gains.empty());  // no shared two-stream branches
 }
 
 TEST(Diagnostics, PlantedMassiveActivationIsFoundWhereItWasPlanted) {
-  DecoderLM m = model_of(Scheme::PreNorm, 2);
+  DecoderLM m = diagnostics_model_of(Scheme::PreNorm, 2);
   Data d = batch();
   d.inputs.fill_(1);
   d.inputs[2][7] = 5;  // token 5 appears once: batch 2, position 7
@@ -177,7 +177,7 @@ TEST(Diagnostics, PlantedMassiveActivationIsFoundWhereItWasPlanted) {
 
 TEST(Diagnostics, LogitLensOfTheLastPreNormLayerIsTheModel) {
   for (Scheme s : {Scheme::PreNorm, Scheme::SiameseHybrid, Scheme::ResiDual}) {
-    DecoderLM m = model_of(s, 3);
+    DecoderLM m = diagnostics_model_of(s, 3);
     const Data d = batch();
     const DiagnosticsReport r = run_diagnostics(*m, d.inputs, d.targets, {});
     const size_t streams = s == Scheme::PreNorm ? 1 : 2;
@@ -196,7 +196,7 @@ TEST(Diagnostics, LogitLensOfTheLastPreNormLayerIsTheModel) {
 }
 
 TEST(Diagnostics, JsonLineHoldsEverySection) {
-  DecoderLM m = model_of(Scheme::SiameseHybrid, 2);
+  DecoderLM m = diagnostics_model_of(Scheme::SiameseHybrid, 2);
   const Data d = batch();
   DiagnosticsOptions o;
   o.pruning = true;

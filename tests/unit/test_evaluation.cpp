@@ -14,7 +14,7 @@ using namespace normlab;
 
 namespace {
 
-DecoderLM model_of(int64_t vocab) {
+DecoderLM evaluation_model_of(int64_t vocab) {
   ModelConfig c = test::tiny_config(Scheme::SiameseHybrid);
   c.vocab_size = vocab;
   torch::manual_seed(11);
@@ -55,7 +55,7 @@ TEST(Evaluation, PerplexityIsExpOfTheMeanLossAndBytesFollow) {
   const auto data = std::make_shared<TokenDataset>(dir / "shards", "val", 16);
   const ValLoader loader(data, 4);
 
-  DecoderLM m = model_of(400);
+  DecoderLM m = evaluation_model_of(400);
   {
     torch::NoGradGuard g;
     m->head->weight.zero_();  // uniform predictions: every token costs ln 400
@@ -70,7 +70,7 @@ TEST(Evaluation, PerplexityIsExpOfTheMeanLossAndBytesFollow) {
   EXPECT_NEAR(r.bits_per_byte, std::log2(400.0) / 2, 1e-6);
 
   // A trained-looking model: perplexity is exp of the token-weighted mean loss.
-  DecoderLM n = model_of(400);
+  DecoderLM n = evaluation_model_of(400);
   const EvalResult q = evaluate(*n, loader, 0, torch::kCPU, false);
   double sum = 0;
   int64_t count = 0;
@@ -99,7 +99,7 @@ TEST(Evaluation, TokenByteLengthsMatchTheText) {
 
 TEST(Evaluation, MultipleChoiceScoresEqualScoringAloneAndPickTheBest) {
   const Tokenizer tok(test::test_tokenizer_path());
-  DecoderLM m = model_of(400);
+  DecoderLM m = evaluation_model_of(400);
   std::vector<McItem> items = {
       {"The light of the", {" morning", " evening and the night", " a", " sea"}, 0},
       {"And he said", {" unto them", " nothing"}, 0},

@@ -10,7 +10,7 @@ using namespace normlab;
 
 namespace {
 
-DecoderLM model_of(Scheme s) {
+DecoderLM generate_model_of(Scheme s) {
   ModelConfig c = test::tiny_config(s);
   c.n_layers = 3;
   torch::manual_seed(7);
@@ -24,7 +24,7 @@ DecoderLM model_of(Scheme s) {
 class GenerateScheme : public ::testing::TestWithParam<Scheme> {};
 
 TEST_P(GenerateScheme, CachedLogitsEqualAFullForwardPass) {
-  DecoderLM m = model_of(GetParam());
+  DecoderLM m = generate_model_of(GetParam());
   torch::NoGradGuard g;
   torch::manual_seed(3);
   const torch::Tensor tokens = torch::randint(0, 32, {2, 11}, torch::kLong);
@@ -45,7 +45,7 @@ TEST_P(GenerateScheme, CachedLogitsEqualAFullForwardPass) {
 }
 
 TEST_P(GenerateScheme, GreedyWithTheCacheEqualsWithout) {
-  DecoderLM m = model_of(GetParam());
+  DecoderLM m = generate_model_of(GetParam());
   SampleOptions o;
   o.temperature = 0.0;
   o.max_tokens = 12;
@@ -79,7 +79,7 @@ TEST(Generate, SamplingFollowsItsOptions) {
   for (int i = 0; i < 400; ++i) seen.insert(sample_next(logits, o, gen));
   EXPECT_EQ(seen.size(), 5u);
   // The same seed, the same text.
-  DecoderLM m = model_of(Scheme::SiameseHybrid);
+  DecoderLM m = generate_model_of(Scheme::SiameseHybrid);
   SampleOptions s;
   s.seed = 42;
   s.max_tokens = 10;

@@ -20,7 +20,7 @@ std::string file_with(const std::string& header, const std::string& data) {
   return le64(header.size()) + header + data;
 }
 
-std::string error_of(const std::string& bytes) {
+std::string safetensors_error_of(const std::string& bytes) {
   try {
     safetensors_parse(bytes.data(), bytes.size(), "bad.safetensors");
   } catch (const SafetensorsError& e) {
@@ -114,7 +114,7 @@ TEST(Safetensors, RejectsMalformedFilesWithClearErrors) {
       {"metadata not strings", file_with(R"({"__metadata__":{"a":1}})", ""), "is not a string"},
   };
   for (const Case& c : cases) {
-    const std::string err = error_of(c.bytes);
+    const std::string err = safetensors_error_of(c.bytes);
     EXPECT_NE(err.find("bad.safetensors"), std::string::npos) << c.what << ": " << err;
     EXPECT_NE(err.find(c.message), std::string::npos) << c.what << ": got '" << err << "'";
   }

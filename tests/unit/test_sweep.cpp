@@ -15,13 +15,13 @@ using normlab::test::ScratchDir;
 
 namespace {
 
-void write(const std::string& path, const std::string& text) {
+void sweep_write(const std::string& path, const std::string& text) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   std::ofstream(path) << text;
 }
 
 template <class F>
-std::string error_of(F f) {
+std::string sweep_error_of(F f) {
   try {
     f();
   } catch (const std::exception& e) {
@@ -77,7 +77,7 @@ TEST(Sweep, MalformedLearningRatesAreRejectedClearly) {
       {"1e-3,1.0001e-3", "1e-3 appears twice"},
   };
   for (const auto& [text, expect] : cases) {
-    const std::string err = error_of([&] { parse_lr_list(text); });
+    const std::string err = sweep_error_of([&] { parse_lr_list(text); });
     EXPECT_NE(err.find(expect), std::string::npos) << "'" << text << "': got '" << err << "'";
   }
 }
@@ -117,25 +117,25 @@ TEST(Sweep, BadGridsFailBeforeAnythingRuns) {
   SweepSpec spec;
   spec.config = tiny_config();
   spec.overrides = {"train.stepz=3"};
-  EXPECT_NE(error_of([&] { sweep_points(spec); }).find("did you mean 'train.steps'"),
+  EXPECT_NE(sweep_error_of([&] { sweep_points(spec); }).find("did you mean 'train.steps'"),
             std::string::npos);
   spec.overrides = {"train.steps=-3"};
-  EXPECT_NE(error_of([&] { sweep_points(spec); }).find("train.steps"), std::string::npos);
+  EXPECT_NE(sweep_error_of([&] { sweep_points(spec); }).find("train.steps"), std::string::npos);
   spec.overrides = {};
   spec.schemes = {Scheme::PreNorm, Scheme::PreNorm};
-  EXPECT_NE(error_of([&] { sweep_points(spec); }).find("scheme pre_norm listed twice"),
+  EXPECT_NE(sweep_error_of([&] { sweep_points(spec); }).find("scheme pre_norm listed twice"),
             std::string::npos);
   spec.schemes = {};
   spec.config = "";
-  EXPECT_NE(error_of([&] { sweep_points(spec); }).find("no base config"), std::string::npos);
+  EXPECT_NE(sweep_error_of([&] { sweep_points(spec); }).find("no base config"), std::string::npos);
 }
 
 TEST(Sweep, SweepFilesLoadAndRejectMistakes) {
   ScratchDir dir("sweep_files");
-  write(dir / "base.yaml", "train:\n  steps: 5\n");
-  write(dir / "ok.yaml",
-        "config: base.yaml\nscheme: [pre_norm, siamese]\nlr: 1e-4:1e-2:3\nseed: 0,1\n"
-        "set:\n  train.steps: 9\njobs: 2\ngpus_per_run: 1\n");
+  sweep_write(dir / "base.yaml", "train:\n  steps: 5\n");
+  sweep_write(dir / "ok.yaml",
+              "config: base.yaml\nscheme: [pre_norm, siamese]\nlr: 1e-4:1e-2:3\nseed: 0,1\n"
+              "set:\n  train.steps: 9\njobs: 2\ngpus_per_run: 1\n");
   const SweepSpec s = sweep_load(dir / "ok.yaml");
   EXPECT_EQ(s.config, dir / "base.yaml");
   EXPECT_EQ(s.schemes, (std::vector<Scheme>{Scheme::PreNorm, Scheme::Siamese}));
@@ -160,12 +160,12 @@ TEST(Sweep, SweepFilesLoadAndRejectMistakes) {
       {"- a\n- b\n", "expected a map of sweep keys"},
   };
   for (const auto& [text, expect] : cases) {
-    write(dir / "bad.yaml", text);
-    const std::string err = error_of([&] { sweep_load(dir / "bad.yaml"); });
+    sweep_write(dir / "bad.yaml", text);
+    const std::string err = sweep_error_of([&] { sweep_load(dir / "bad.yaml"); });
     EXPECT_NE(err.find(expect), std::string::npos) << text << "got '" << err << "'";
     EXPECT_NE(err.find("bad.yaml"), std::string::npos) << err;
   }
-  EXPECT_NE(error_of([&] { sweep_load(dir / "missing.yaml"); }).find("sweep file not found"),
+  EXPECT_NE(sweep_error_of([&] { sweep_load(dir / "missing.yaml"); }).find("sweep file not found"),
             std::string::npos);
 }
 
@@ -232,16 +232,16 @@ TEST(Sweep, PointStateComesFromTheRunFolder) {
   std::filesystem::create_directories(run);
   EXPECT_EQ(point_state(run), PointState::Pending);
   std::filesystem::create_directories(run + "/checkpoints/step-00000010");
-  write(run + "/checkpoints/step-00000010/state.json", "{}");
+  sweep_write(run + "/checkpoints/step-00000010/state.json", "{}");
   EXPECT_EQ(point_state(run), PointState::Interrupted);  // a checkpoint without a summary: killed
-  write(run + "/summary.json", R"({"status": "interrupted", "steps": 10})");
+  sweep_write(run + "/summary.json", R"({"status": "interrupted", "steps": 10})");
   EXPECT_EQ(point_state(run), PointState::Interrupted);
-  write(run + "/summary.json", R"({"status": "completed", "steps": 20})");
+  sweep_write(run + "/summary.json", R"({"status": "completed", "steps": 20})");
   EXPECT_EQ(point_state(run), PointState::Completed);
-  write(run + "/summary.json", R"({"status": "diverged", "steps": 4, "diverged_at": 5})");
+  sweep_write(run + "/summary.json", R"({"status": "diverged", "steps": 4, "diverged_at": 5})");
   EXPECT_EQ(point_state(run), PointState::Diverged);
-  write(run + "/sweep_status.json",
-        R"({"state": "crashed", "exit_code": 1})");  // the latest child failed
+  sweep_write(run + "/sweep_status.json",
+              R"({"state": "crashed", "exit_code": 1})");  // the latest child failed
   EXPECT_EQ(point_state(run), PointState::Crashed);
   const PointResult r = read_point_result(run, {Scheme::PreNorm, 1e-3, 0, "run", {}});
   EXPECT_EQ(r.exit_code, 1);

@@ -24,9 +24,9 @@ namespace normlab::cli {
 namespace fs = std::filesystem;
 namespace {
 
-std::atomic<int> g_stop{0};  // signals received; written by the signal handler only
+std::atomic<int> g_sweep_stop{0};  // signals received; written by the signal handler only
 
-extern "C" void on_sweep_signal(int) { g_stop.fetch_add(1); }
+extern "C" void on_sweep_signal(int) { g_sweep_stop.fetch_add(1); }
 
 }  // namespace
 
@@ -126,7 +126,7 @@ Runner setup_sweep(CLI::App& sub) {
     } else {
       opts.launcher = {project_python(), "-m", "torch.distributed.run"};
     }
-    opts.stop = &g_stop;
+    opts.stop = &g_sweep_stop;
     opts.say = [](const std::string& line) { std::cout << line << std::endl; };
     const SweepOutcome r = run_sweep(spec, opts);
     std::cout << "sweep: " << r.completed << " completed, " << r.diverged << " diverged, "
@@ -139,7 +139,7 @@ Runner setup_sweep(CLI::App& sub) {
     if (table != std::string::npos && runs != std::string::npos)
       std::cout << md.substr(table + 1, runs - table);
     std::cout << "table: " << out << "/summary.md\n";
-    if (g_stop.load() > 0 || r.interrupted > 0) return 4;
+    if (g_sweep_stop.load() > 0 || r.interrupted > 0) return 4;
     return r.crashed > 0 ? 5 : 0;
   };
 }

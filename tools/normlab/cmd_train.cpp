@@ -25,10 +25,11 @@
 namespace normlab::cli {
 namespace {
 
-std::atomic<bool> g_stop{false};  // written by the signal handler only (main's, not the library's)
+std::atomic<bool> g_train_stop{
+    false};  // written by the signal handler only (main's, not the library's)
 
 extern "C" void on_signal(int sig) {
-  if (g_stop.exchange(true)) {  // second signal: default action
+  if (g_train_stop.exchange(true)) {  // second signal: default action
     std::signal(sig, SIG_DFL);
     std::raise(sig);
   }
@@ -93,7 +94,7 @@ Runner setup_train(CLI::App& sub) {
     TrainOptions opts;
     opts.run_dir = out;
     opts.resume = o->resume;
-    opts.stop = &g_stop;
+    opts.stop = &g_train_stop;
     opts.stop_after = o->stop_after;
     opts.logger = &log;
     std::unique_ptr<Communicator> comm;
