@@ -45,10 +45,10 @@ def main():
     except ImportError:
         print("plot_run: matplotlib is missing (tools/setup.sh installs it in .venv)", file=sys.stderr)
         return 3
-    smooth, avg = [], None
-    for v in losses:  # exponential moving average, as training dashboards draw it
-        avg = v if avg is None else 0.9 * avg + 0.1 * v
-        smooth.append(avg)
+    smooth, avg = [], 0.0
+    for i, v in enumerate(losses, start=1):  # debiased exponential moving average (TensorBoard's)
+        avg = 0.9 * avg + 0.1 * v
+        smooth.append(avg / (1.0 - 0.9 ** i))
     fig, ax = plt.subplots(figsize=(7, 4.2))
     ax.plot(steps, losses, color="tab:blue", alpha=0.3, linewidth=0.8, label="training loss")
     ax.plot(steps, smooth, color="tab:blue", linewidth=1.8, label="training loss (moving average)")
