@@ -65,6 +65,14 @@ void validate(const RunConfig& c) {
           "logging.level", c.logging.level, "must be debug, info, warn or error");
   require(t.device == "auto" || t.device == "cpu" || t.device.rfind("cuda", 0) == 0, "train.device",
           t.device, "must be auto, cpu, cuda or cuda:N");
+  // fp64 training gathers and reduces in fp64; the FSDP dtypes choose only for fp32/bf16 runs.
+  for (const auto& [key, p] : {std::pair{"distributed.param_dtype", c.distributed.param_dtype},
+                               std::pair{"distributed.reduce_dtype", c.distributed.reduce_dtype}}) {
+    require(p != Precision::Fp64, key, enum_name(p),
+            "must be auto, bf16 or fp32 (train.precision = fp64 makes the FSDP traffic fp64)");
+    require(t.precision != Precision::Fp64 || p != Precision::Bf16, key, enum_name(p),
+            "cannot be bf16 with train.precision = fp64");
+  }
 }
 
 bool decays(const std::string& name, int64_t dim, const OptimizerConfig& cfg) {

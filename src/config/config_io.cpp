@@ -90,7 +90,9 @@ void visit(V& v, TrainConfig& t) {
   v("micro_batch", t.micro_batch, "sequences per forward/backward on one rank");
   v("seed", t.seed, "seed of initialisation and data order");
   v("device", t.device, "auto (CUDA when available), cpu, cuda or cuda:N");
-  v("precision", t.precision, "auto = bf16 autocast on CUDA and fp32 on CPU");
+  v("precision", t.precision,
+    "auto = bf16 autocast on CUDA and fp32 on CPU; fp64 = weights, optimizer state, activations "
+    "and FSDP traffic in float64 (exact checks against a reference; slow)");
   v("z_loss", t.z_loss, "weight of the z-loss mean(logsumexp(logits)^2); 0 = off");
   v("skip_nonfinite", t.skip_nonfinite,
     "skip steps whose loss or gradient is not finite instead of ending the run as diverged");
@@ -112,6 +114,8 @@ template <class V>
 void visit(V& v, EvalConfig& e) {
   v("every", e.every,
     "evaluate on the validation split every N steps (and at the end); 0 = only at the end");
+  v("at_start", e.at_start,
+    "also evaluate the initial weights before the first step (metrics.jsonl line of step 0)");
   v("batches", e.batches, "validation batches per evaluation; 0 = the whole split");
   v("micro_batch", e.micro_batch, "sequences per validation batch; 0 = train.micro_batch");
   v("tasks", e.tasks,
@@ -160,7 +164,7 @@ void visit(V& v, DistributedConfig& d) {
     "FSDP even in a single process (on CUDA through NCCL): measures the layer's cost");
   v("param_dtype", d.param_dtype,
     "FSDP: dtype of the parameter all-gathers; auto = bf16 when training in bf16 (the compute "
-    "dtype), else fp32");
+    "dtype), else fp32 (fp64 with train.precision = fp64, which also reduces in fp64)");
   v("reduce_dtype", d.reduce_dtype,
     "FSDP: dtype of the gradient reduce-scatter; fp32 (exact sums), bf16 (half the traffic), auto "
     "= param_dtype");

@@ -61,9 +61,15 @@ Fsdp::Fsdp(DecoderLM model, Communicator& comm, const FsdpOptions& options,
            const OptimizerConfig& opt)
     : model_(std::move(model)), comm_(comm), options_(options) {
   TORCH_CHECK(model_->hooks == nullptr, "Fsdp: the model is already wrapped");
+  // Shards keep the model's dtype (fp32, or fp64 for exact checks); gathers and reductions run
+  // in it or, for fp32 shards, in bfloat16.
+  const torch::ScalarType master = model_->embed->weight.scalar_type();
+  TORCH_CHECK(master == torch::kFloat || master == torch::kDouble,
+              "Fsdp: the model's parameters must be float32 or float64, not ", master);
   for (const auto t : {options_.param_dtype, options_.reduce_dtype})
-    TORCH_CHECK(t == torch::kFloat || t == torch::kBFloat16,
-                "Fsdp: gathers and reductions run in float32 or bfloat16, not ", t);
+    TORCH_CHECK(master == torch::kDouble ? t == torch::kDouble
+                                         : t == torch::kFloat || t == torch::kBFloat16,
+                "Fsdp: gathers and reductions of ", master, " parameters cannot run in ", t);
   const int64_t W = comm_.world(), r = comm_.rank();
   const size_t L = model_->scheme_blocks.size();
   for (size_t l = 0; l <= L; ++l) {
@@ -93,8 +99,7 @@ Fsdp::Fsdp(DecoderLM model, Communicator& comm, const FsdpOptions& options,
     }
     u.shard = (total + W - 1) / W;
     u.padded = u.shard * W;
-    const auto opts =
-        torch::TensorOptions().dtype(torch::kFloat).device(model_->embed->weight.device());
+    const auto opts = torch::TensorOptions().dtype(master).device(model_->embed->weight.device());
     torch::Tensor flat = torch::zeros({u.padded}, opts);
     for (auto& q : u.params) flat.narrow(0, q.offset, q.numel).copy_(q.tensor.reshape(-1));
     u.shard_param = flat.narrow(0, r * u.shard, u.shard).clone();

@@ -41,6 +41,7 @@
 #include "normlab/train/stability.h"
 #include "normlab/util/device.h"
 #include "normlab/util/file_io.h"
+#include "normlab/util/safetensors.h"
 
 namespace normlab {
 namespace fs = std::filesystem;
@@ -119,6 +120,10 @@ void keep_lines_up_to(const std::string& path, int64_t step) {
   write_file_atomic(path, [&](FileWriter& w) { w.write(kept); });
 }
 
+const char* short_name(torch::ScalarType t) {
+  return t == torch::kBFloat16 ? "bf16" : t == torch::kDouble ? "fp64" : "fp32";
+}
+
 at::Generator cpu_generator() { return at::detail::getDefaultCPUGenerator(); }
 
 }  // namespace
@@ -139,6 +144,7 @@ struct Trainer::Impl {
   StepMetrics step();
   double accumulate(int64_t s);
   EvalReport evaluate();
+  void add_evaluation(int64_t step, nlohmann::json& line);
   void diagnose(int64_t completed, nlohmann::json& line);
   std::string save();
   RunSummary finish(RunStatus status);
@@ -161,7 +167,8 @@ struct Trainer::Impl {
   std::unique_ptr<FileLock> run_lock;
   std::optional<std::string> latest;  // the newest checkpoint in the run folder
   torch::Device device{torch::kCPU};
-  bool bf16 = false;
+  bool bf16 = false;  // autocast on CUDA
+  bool fp64 = false;  // weights, state and activations in float64
   // ---- data ----
   std::shared_ptr<TokenDataset> train_data;
   std::unique_ptr<TrainLoader> loader;
@@ -211,7 +218,9 @@ Trainer::Impl::Impl(const RunConfig& config, const TrainOptions& options)
         ": the diagnostics need a single process (run `normlab analyze` on a checkpoint)");
   open_run_folder();
   device = resolve_device(cfg.train.device, o.device_index);
-  bf16 = device.is_cuda() && cfg.train.precision != Precision::Fp32;
+  bf16 = device.is_cuda() &&
+         (cfg.train.precision == Precision::Auto || cfg.train.precision == Precision::Bf16);
+  fp64 = cfg.train.precision == Precision::Fp64;
   if (cfg.train.precision == Precision::Bf16 && !device.is_cuda())
     throw ConfigError(
         "train.precision = bf16 needs a CUDA device (train.device = " + cfg.train.device + ")");
@@ -304,6 +313,14 @@ void Trainer::Impl::load_tasks() {
 void Trainer::Impl::build_model() {
   torch::manual_seed(cfg.train.seed);  // the same initial weights on every rank
   model = DecoderLM(cfg.model, device);
+  if (fp64) model->to(torch::kDouble);
+  if (!o.init_from.empty() && !(o.resume && latest)) {  // a checkpoint, if any, wins
+    const std::string file = fs::is_directory(o.init_from)
+                                 ? (fs::path(o.init_from) / "model.safetensors").string()
+                                 : o.init_from;
+    load_weights(*model, safetensors_load(file).tensors, file);
+    info("initial weights from " + file);
+  }
   for (const auto& p : model->parameters()) {
     params.push_back(p);
     n_params += p.numel();
@@ -332,9 +349,9 @@ void Trainer::Impl::build_model() {
   };
   fo.param_dtype = dtype_of(cfg.distributed.param_dtype, bf16 ? torch::kBFloat16 : torch::kFloat);
   fo.reduce_dtype = dtype_of(cfg.distributed.reduce_dtype, fo.param_dtype);
-  fsdp_dtypes = std::string(", gathers in ") +
-                (fo.param_dtype == torch::kBFloat16 ? "bf16" : "fp32") + ", reductions in " +
-                (fo.reduce_dtype == torch::kBFloat16 ? "bf16" : "fp32");
+  if (fp64) fo.param_dtype = fo.reduce_dtype = torch::kDouble;
+  fsdp_dtypes = std::string(", gathers in ") + short_name(fo.param_dtype) + ", reductions in " +
+                short_name(fo.reduce_dtype);
   fsdp = std::make_unique<Fsdp>(model, comm, fo, cfg.optimizer);
   std::vector<OptParam> pieces;
   for (const ShardPiece& p : fsdp->pieces()) pieces.push_back({p.name, p.param, p.decay});
@@ -433,10 +450,13 @@ void Trainer::Impl::describe() {
   sum.parameters = counts.total;
   sum.attention_backend = attn_backend;
   info("model " + sum.scheme + ": " + std::to_string(counts.total) + " parameters on " +
-       device.str() + (bf16 ? " (bf16 autocast)" : " (fp32)") + "; " +
-       std::to_string(cfg.train.steps) + " steps of " + std::to_string(cfg.train.global_batch) +
-       " x " + std::to_string(cfg.data.seq_len) + " tokens (" +
-       std::to_string(loader->micro_steps()) + " micro-steps" +
+       device.str() +
+       (bf16   ? " (bf16 autocast)"
+        : fp64 ? " (fp64)"
+               : " (fp32)") +
+       "; " + std::to_string(cfg.train.steps) + " steps of " +
+       std::to_string(cfg.train.global_batch) + " x " + std::to_string(cfg.data.seq_len) +
+       " tokens (" + std::to_string(loader->micro_steps()) + " micro-steps" +
        (sharded ? " on each of " + std::to_string(world) + " ranks, FSDP over " + comm.backend() +
                       fsdp_dtypes
                 : "") +
@@ -459,7 +479,7 @@ void Trainer::Impl::describe() {
 // mean cross-entropy over the global batch (over every rank).
 double Trainer::Impl::accumulate(int64_t s) {
   torch::Tensor loss_sum =
-      torch::zeros({}, torch::TensorOptions().device(device).dtype(torch::kFloat));
+      torch::zeros({}, torch::TensorOptions().device(device).dtype(torch::kDouble));
   const double scale = 1.0 / static_cast<double>(loader->micro_steps());
   for (int64_t m = 0; m < loader->micro_steps(); ++m) {
     const Batch b = loader->batch(s, m);
@@ -472,7 +492,7 @@ double Trainer::Impl::accumulate(int64_t s) {
     }
     (out.loss * scale).backward();
     if (fsdp) fsdp->finish_backward();
-    loss_sum.add_(out.ce.detach().to(torch::kFloat), scale);
+    loss_sum.add_(out.ce.detach().to(torch::kDouble), scale);
   }
   return sharded ? comm.sum(loss_sum.item<double>()) / static_cast<double>(world)
                  : loss_sum.item<double>();
@@ -658,9 +678,34 @@ void Trainer::Impl::log_fsdp_memory() {
   info(msg);
 }
 
+// Validation loss and task accuracies after `step` (0: the initial weights), into the log and
+// the metrics line.
+void Trainer::Impl::add_evaluation(int64_t step, nlohmann::json& line) {
+  const EvalReport e = evaluate();
+  for (const auto& [name, t] : e.tasks) {
+    line["task_" + name + "_acc"] = t.acc;
+    line["task_" + name + "_acc_norm"] = t.acc_norm;
+    info("task " + name + " step " + std::to_string(step) + ": acc " + std::to_string(t.acc) +
+         ", acc_norm " + std::to_string(t.acc_norm));
+  }
+  if (e.val_loss >= 0) {
+    line["val_loss"] = e.val_loss;
+    line["val_ppl"] = e.perplexity;
+    if (e.bits_per_byte >= 0) line["val_bits_per_byte"] = e.bits_per_byte;
+    info("eval step " + std::to_string(step) + ": val loss " + std::to_string(e.val_loss) +
+         ", perplexity " + std::to_string(e.perplexity) + " (" + std::to_string(e.tokens) +
+         " tokens)");
+  }
+}
+
 RunSummary Trainer::Impl::run() {
   model->train();
   const int64_t first_step = st.step;
+  if (cfg.eval.at_start && st.step == 0) {
+    nlohmann::json line = {{"step", 0}};
+    add_evaluation(0, line);
+    write_metrics(line);
+  }
   while (st.step < cfg.train.steps) {
     const StepMetrics m = step();
     nlohmann::json line = {{"step", m.step},
@@ -688,23 +733,7 @@ RunSummary Trainer::Impl::run() {
     line["step_seconds"] = m.seconds;
     log_progress(m);
     const bool last = m.step == cfg.train.steps;
-    if (last || (cfg.eval.every > 0 && m.step % cfg.eval.every == 0)) {
-      const EvalReport e = evaluate();
-      for (const auto& [name, t] : e.tasks) {
-        line["task_" + name + "_acc"] = t.acc;
-        line["task_" + name + "_acc_norm"] = t.acc_norm;
-        info("task " + name + " step " + std::to_string(m.step) + ": acc " + std::to_string(t.acc) +
-             ", acc_norm " + std::to_string(t.acc_norm));
-      }
-      if (e.val_loss >= 0) {
-        line["val_loss"] = e.val_loss;
-        line["val_ppl"] = e.perplexity;
-        if (e.bits_per_byte >= 0) line["val_bits_per_byte"] = e.bits_per_byte;
-        info("eval step " + std::to_string(m.step) + ": val loss " + std::to_string(e.val_loss) +
-             ", perplexity " + std::to_string(e.perplexity) + " (" + std::to_string(e.tokens) +
-             " tokens)");
-      }
-    }
+    if (last || (cfg.eval.every > 0 && m.step % cfg.eval.every == 0)) add_evaluation(m.step, line);
     if (cfg.diagnostics.every > 0 && (m.step % cfg.diagnostics.every == 0 || last))
       diagnose(m.step, line);
     write_metrics(line);

@@ -1,5 +1,7 @@
 // Configuration: YAML files with bases, --set overrides, strict errors, the resolved dump,
 // and docs/config.md kept in sync with the schema.
+#include <gmock/gmock.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -146,4 +148,16 @@ TEST(Config, DocsListEveryKeyWithItsDefault) {
   EXPECT_NE(docs.find(config_reference_markdown()), std::string::npos)
       << "docs/config.md is out of date; its table must be:\n"
       << config_reference_markdown();
+}
+
+// train.precision = fp64 carries the FSDP traffic in fp64 too: the FSDP dtypes cannot name fp64
+// themselves, nor bf16 beside an fp64 run.
+TEST(Config, Float64PrecisionAndTheFsdpDtypes) {
+  EXPECT_EQ(config_load("", {"train.precision=fp64"}).train.precision, Precision::Fp64);
+  EXPECT_THAT(config_error_of("", {"distributed.param_dtype=fp64"}),
+              testing::HasSubstr("distributed.param_dtype = fp64: must be auto, bf16 or fp32"));
+  EXPECT_THAT(config_error_of("", {"train.precision=fp64", "distributed.reduce_dtype=bf16"}),
+              testing::HasSubstr("distributed.reduce_dtype = bf16: cannot be bf16 with "
+                                 "train.precision = fp64"));
+  EXPECT_EQ(config_error_of("", {"train.precision=fp64", "distributed.param_dtype=fp32"}), "");
 }

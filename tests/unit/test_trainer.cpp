@@ -209,6 +209,52 @@ TEST_F(TrainerTest, RefusesUnsafeRunFoldersAndMismatchedData) {
   EXPECT_EQ(train(config({"train.steps=3"}), options(run.path, true)).steps, 3);
 }
 
+// --init-from starts a run from given weights (here a checkpoint's step folder), and
+// eval.at_start evaluates them before the first step: the same validation loss as the run that
+// wrote them measured at that step. Weights of another model are refused, naming the file.
+TEST_F(TrainerTest, StartsFromGivenWeightsAndEvaluatesThemFirst) {
+  test::ScratchDir a("run"), b("run"), c("run");
+  train(config(), options(a.path));
+  TrainOptions o = options(b.path);
+  o.init_from = a / "checkpoints/step-00000008";
+  train(config({"eval.at_start=true", "train.steps=1"}), o);
+  std::istringstream in(read_file(b / "metrics.jsonl"));
+  std::string first;
+  std::getline(in, first);
+  const auto start = nlohmann::json::parse(first);
+  EXPECT_EQ(start.at("step"), 0);
+  EXPECT_FALSE(start.contains("loss")) << "no step was taken yet";
+  const auto summary_a = nlohmann::json::parse(read_file(a / "summary.json"));
+  EXPECT_EQ(start.at("val_loss").get<double>(), summary_a.at("final_val_loss").get<double>());
+
+  o = options(c.path);
+  o.init_from = a / "checkpoints/step-00000008/model.safetensors";
+  try {
+    train(config({"model.d_model=48"}), o);
+    ADD_FAILURE() << "weights of another shape were accepted";
+  } catch (const CheckpointError& e) {
+    EXPECT_THAT(e.what(), testing::HasSubstr(o.init_from + ": weights do not match the model"));
+  }
+}
+
+// train.precision = fp64: weights and optimizer state in float64, and a resumed run is still
+// bitwise the uninterrupted one.
+TEST_F(TrainerTest, Float64RunsAndResumesInFloat64) {
+  test::ScratchDir a("run"), b("run");
+  const RunConfig cfg = config({"train.precision=fp64", "eval.every=0"});
+  train(cfg, options(a.path));
+  train(cfg, options(b.path, false, /*stop_after=*/3));
+  train(cfg, options(b.path, /*resume=*/true));
+  const Checkpoint ca = checkpoint_load(a / "checkpoints/step-00000008");
+  const Checkpoint cb = checkpoint_load(b / "checkpoints/step-00000008");
+  for (const auto& [name, t] : ca.model) {
+    EXPECT_EQ(t.scalar_type(), torch::kDouble) << name;
+    EXPECT_TRUE(torch::equal(t, cb.model.at(name))) << name;
+  }
+  EXPECT_EQ(ca.optimizer.at("exp_avg.embed.weight").scalar_type(), torch::kDouble);
+  EXPECT_EQ(losses(a.path.string()), losses(b.path.string()));
+}
+
 TEST_F(TrainerTest, ExportRoundTripGivesIdenticalLogits) {
   test::ScratchDir run("run");
   train(config({"train.steps=2"}), options(run.path));

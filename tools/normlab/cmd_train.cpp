@@ -1,4 +1,4 @@
-// normlab train --config X.yaml [--set k=v ...] [--out RUN_DIR] [--resume]
+// normlab train --config X.yaml [--set k=v ...] [--out RUN_DIR] [--resume] [--init-from W]
 // SIGINT/SIGTERM: the first one finishes the current step, saves a checkpoint and exits with
 // code 4 (resumable); a second one ends the process at once (checkpoints are atomic).
 // Under mpirun, srun or torchrun every process runs this with the same arguments: the
@@ -53,6 +53,7 @@ Runner setup_train(CLI::App& sub) {
     std::vector<std::string> overrides;
     std::string out;
     bool resume = false;
+    std::string init_from;
     int64_t stop_after = 0;
     bool no_plots = false;
   };
@@ -64,6 +65,11 @@ Runner setup_train(CLI::App& sub) {
                  "override a key: section.key=value (repeatable, applied in order)");
   sub.add_option("--out", o->out, "run folder (default: runs/<config name>-<scheme>)");
   sub.add_flag("--resume", o->resume, "continue from the run folder's newest checkpoint");
+  sub.add_option("--init-from", o->init_from,
+                 "initial weights: a model.safetensors, or a checkpoint step or export folder "
+                 "holding one (names and shapes must match the config's model; a checkpoint "
+                 "found by --resume wins)")
+      ->check(CLI::ExistingPath);
   sub.add_option("--stop-after", o->stop_after,
                  "checkpoint and stop after N steps of this invocation (exit 4)");
   sub.add_flag("--no-plots", o->no_plots,
@@ -94,6 +100,7 @@ Runner setup_train(CLI::App& sub) {
     TrainOptions opts;
     opts.run_dir = out;
     opts.resume = o->resume;
+    opts.init_from = o->init_from;
     opts.stop = &g_train_stop;
     opts.stop_after = o->stop_after;
     opts.logger = &log;

@@ -61,6 +61,7 @@ struct TrainConfig {
 
 struct EvalConfig {
   int64_t every = 100;
+  bool at_start = false;
   int64_t batches = 0;
   int64_t micro_batch = 0;
   std::string tasks;

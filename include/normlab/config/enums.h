@@ -8,7 +8,7 @@
 namespace normlab {
 
 enum class ScheduleKind { Cosine, Linear, Wsd, Constant };
-enum class Precision { Auto, Bf16, Fp32 };
+enum class Precision { Auto, Bf16, Fp32, Fp64 };
 enum class CommBackend { Auto, Mpi, Nccl };
 enum class Recompute { None, Block, Selective };
 
@@ -20,7 +20,8 @@ template <> struct EnumNames<ScheduleKind> {
 };
 template <> struct EnumNames<Precision> {
   static constexpr NameRow<Precision> rows[] = {
-    {Precision::Auto, "auto"}, {Precision::Bf16, "bf16"}, {Precision::Fp32, "fp32"}};
+    {Precision::Auto, "auto"}, {Precision::Bf16, "bf16"}, {Precision::Fp32, "fp32"},
+    {Precision::Fp64, "fp64"}};
 };
 template <> struct EnumNames<Recompute> {
   static constexpr NameRow<Recompute> rows[] = {

@@ -14,6 +14,7 @@
 //             module's fp32 parameters, so the model computes from bf16-rounded weights (what
 //             bf16 autocast feeds its matmuls anyway) and its gradients stay fp32; with
 //             reduce_dtype bf16 the gradients are summed over ranks in bf16, else in fp32.
+//             A float64 model (train.precision fp64, for exact checks) keeps everything fp64.
 //   prefetch  the next unit's all-gather (forward: block l+1; backward: block l-1) is started
 //             before the current unit computes, so that an engine that overlaps (NCCL, on its
 //             own stream) moves it while the block runs; at most one unit is in flight
@@ -46,8 +47,9 @@ struct FsdpOptions {
   // Activation checkpointing (nn/recompute.h) of every k-th block; 0: none.
   int64_t checkpoint_every = 0;
   bool prefetch = true;  // start the next unit's all-gather before running this one
-  torch::ScalarType param_dtype = torch::kFloat;   // all-gather dtype (kFloat or kBFloat16)
-  torch::ScalarType reduce_dtype = torch::kFloat;  // reduce-scatter dtype (kFloat or kBFloat16)
+  torch::ScalarType param_dtype =
+      torch::kFloat;  // all-gather dtype (kFloat, kBFloat16; fp64 model: kDouble)
+  torch::ScalarType reduce_dtype = torch::kFloat;  // reduce-scatter dtype (likewise)
 };
 
 /// This rank's elements of one parameter.

@@ -32,11 +32,14 @@ class Communicator;
 
 struct TrainOptions {
   std::string run_dir;
-  Communicator* comm = nullptr;             // world > 1: FSDP over these ranks (fsdp.h); rank 0
-                                            // writes the run folder's files. none: one process
-  int device_index = -1;                    // train.device cuda/auto without an index: this GPU
-                                            // (the launcher's local rank); -1: GPU 0
-  bool resume = false;                      // continue from the newest checkpoint of run_dir
+  Communicator* comm = nullptr;  // world > 1: FSDP over these ranks (fsdp.h); rank 0
+                                 // writes the run folder's files. none: one process
+  int device_index = -1;         // train.device cuda/auto without an index: this GPU
+                                 // (the launcher's local rank); -1: GPU 0
+  bool resume = false;           // continue from the newest checkpoint of run_dir
+  std::string init_from;         // initial weights: a .safetensors file or a folder holding a
+                                 // model.safetensors (checkpoint step, export); strict names. Not
+                                 // used when resuming from a checkpoint
   const std::atomic<bool>* stop = nullptr;  // raised by a signal handler: checkpoint and stop
   int64_t stop_after = 0;    // > 0: checkpoint and stop (interrupted) after this many
                              // steps of this invocation (time-sliced jobs)
