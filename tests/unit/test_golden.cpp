@@ -13,6 +13,7 @@
 //         1e-10 relative per element, with an absolute floor at 1e-13 of the tensor's largest
 //         magnitude for elements near zero (test::close_per_element). Both sides are float64
 //         from the same inputs, so only the order of floating-point operations differs.
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 
@@ -130,4 +131,27 @@ TEST(Golden, EverySchemeHasADefaultGolden) {
   for (Scheme s : enum_values<Scheme>())
     EXPECT_NE(std::find(names.begin(), names.end(), std::string(enum_name(s))), names.end())
         << "tests/data/golden has no file for " << enum_name(s);
+}
+
+// The fp64 bound as stated above: 1e-10 relative per element, plus 1e-13 of max|ref|.
+TEST(Golden, PerElementBoundIsRelativeWithAFloorAtTheTensorsScale) {
+  const torch::Tensor ref = torch::tensor({4.0, -2.0, 1e-9, 0.0}, torch::kDouble);
+  const auto with = [&](int64_t i, double delta) {
+    torch::Tensor a = ref.clone();
+    a[i] += delta;
+    return close_per_element(a, ref, kGoldenFp64Rtol, kGoldenFp64Floor);
+  };
+  // element 1 (|ref| 2): bound 2e-10 + 4e-13
+  EXPECT_TRUE(with(1, 2.0e-10));
+  EXPECT_FALSE(with(1, 2.1e-10));
+  // elements near zero: the floor 1e-13 * 4 dominates
+  EXPECT_TRUE(with(2, 3.9e-13));
+  EXPECT_FALSE(with(2, 4.2e-13));
+  EXPECT_TRUE(with(3, 3.9e-13));
+  EXPECT_FALSE(with(3, 4.1e-13));
+  EXPECT_FALSE(with(0, std::nan("")));
+  EXPECT_FALSE(close_per_element(ref.narrow(0, 0, 3), ref, kGoldenFp64Rtol, kGoldenFp64Floor));
+  double worst = -1.0;
+  EXPECT_TRUE(close_per_element(ref, ref, kGoldenFp64Rtol, kGoldenFp64Floor, &worst));
+  EXPECT_EQ(worst, 0.0);
 }
