@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -58,6 +59,33 @@ double max_rel_error(const torch::Tensor& a, const torch::Tensor& b) {
   s << "relative error " << err << " > " << tol
     << "\n  first values: " << a.detach().flatten().slice(0, 0, 5).to(torch::kDouble)
     << "\n  expected:     " << b.detach().flatten().slice(0, 0, 5).to(torch::kDouble);
+  return ::testing::AssertionFailure() << s.str();
+}
+
+::testing::AssertionResult close_per_element(const torch::Tensor& a, const torch::Tensor& b,
+                                             double rtol, double floor, double* worst) {
+  if (a.sizes() != b.sizes()) {
+    std::ostringstream s;
+    s << "shapes differ: " << a.sizes() << " vs " << b.sizes();
+    return ::testing::AssertionFailure() << s.str();
+  }
+  const torch::Tensor a64 = a.detach().to(torch::kDouble).cpu().flatten(),
+                      b64 = b.detach().to(torch::kDouble).cpu().flatten();
+  const double scale = b64.numel() ? b64.abs().max().item<double>() : 0.0;
+  const torch::Tensor err = (a64 - b64).abs();
+  const torch::Tensor bound = b64.abs() * rtol + floor * scale;
+  // err / bound (with 0/0 = 0 for an exact zero) and NaN anywhere counts as a failure.
+  const torch::Tensor ratio = torch::where(err == 0, torch::zeros_like(err), err / bound)
+                                  .nan_to_num(std::numeric_limits<double>::infinity());
+  const int64_t i = ratio.numel() ? ratio.argmax().item<int64_t>() : 0;
+  const double r = ratio.numel() ? ratio[i].item<double>() : 0.0;
+  if (worst) *worst = r * rtol;
+  if (r <= 1.0) return ::testing::AssertionSuccess();
+  std::ostringstream s;
+  s.precision(17);
+  s << "element " << i << " of " << a64.numel() << ": " << a64[i].item<double>() << " vs "
+    << b64[i].item<double>() << ", |diff| " << err[i].item<double>() << " = " << r
+    << " x its bound (" << rtol << " x |ref| + " << floor << " x max|ref| " << scale << ")";
   return ::testing::AssertionFailure() << s.str();
 }
 

@@ -36,6 +36,14 @@ double max_rel_error(const torch::Tensor& a, const torch::Tensor& b);
 /// EXPECT that a and b agree within `tol` relative error (max_rel_error), printing both.
 ::testing::AssertionResult close(const torch::Tensor& a, const torch::Tensor& b, double tol);
 
+/// Per-element agreement: every element satisfies |a_i - b_i| <= rtol * |b_i| + floor * max|b|
+/// (an absolute floor tied to b's scale, for elements near zero). On failure it names the
+/// worst element (index, both values, its error over its bound). `worst`, when given, receives
+/// max_i |a_i - b_i| / (|b_i| + (floor / rtol) * max|b|): the per-element relative error with
+/// the floor, which is <= rtol exactly when the check passes.
+::testing::AssertionResult close_per_element(const torch::Tensor& a, const torch::Tensor& b,
+                                             double rtol, double floor, double* worst = nullptr);
+
 /// The path of tests/data/<name>.
 std::string data_path(const std::string& name);
 

@@ -3,9 +3,14 @@
 
     python tests/reference/make_goldens.py --out tests/data/golden
 
-Deterministic: every case has a fixed seed. Weights are drawn, rounded to float32, the
-whole computation runs in float64 from those float32 values, and everything is stored as
-float32 (tokens as int64).
+Deterministic: every case has a fixed seed. Weights are drawn and rounded to float32 (and
+stored so), the whole computation runs in float64 from those float32 values, and logits, loss
+and gradients are stored as float64 (tokens as int64).
+
+The files are byte-identical from run to run and from machine to machine (CTest's
+golden_regenerate compares them with tests/data/golden): one thread, and before torch is
+loaded, ATen's portable (non-SIMD) kernels and MKL's conditional-numerical-reproducibility
+mode, so that neither the vector width of reductions nor MKL's code path depends on the CPU.
 """
 
 import argparse
@@ -13,11 +18,33 @@ import json
 import os
 import sys
 
-import torch
-from safetensors.torch import save_file
+# Before torch is imported (both are read when the libraries start).
+os.environ["ATEN_CPU_CAPABILITY"] = "default"
+os.environ["MKL_CBWR"] = "COMPATIBLE"
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["MKL_NUM_THREADS"] = "1"
+
+import torch  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import normlab_ref as ref  # noqa: E402
+
+torch.set_num_threads(1)
+
+# The ten schemes run on the default model of normlab_ref (vocab 64, d_model 32, 4 layers,
+# 4 heads of 8 sharing 2 kv heads, d_ff 48). Every other case runs on a compact model, so
+# that the committed files stay small: vocab 32, d_model 16, 4 heads of 4 sharing 2 kv heads
+# (two query heads per kv head, so the head grouping still matters), d_ff 24, 4 layers.
+COMPACT = {"vocab_size": 32, "d_model": 16, "n_heads": 4, "n_kv_heads": 2, "d_ff": 24}
+# Eps-sensitive: mean(x^2) of the embedding (std 0.02, so 4e-4) is far below norm_eps (1e-2),
+# so the norms that see the embedding (and the q/k/v norms after them) are dominated by eps.
+EPS = {"norm_eps": 1e-2, "embed_std": 0.02}
+
+
+def compact(**overrides):
+    return {**COMPACT, **overrides}
+
 
 # (case name, scheme, config overrides). The seed of a case is its index + 1.
 CASES = [
@@ -31,16 +58,43 @@ CASES = [
     ("resi_dual", "resi_dual", {}),
     ("siamese", "siamese", {}),
     ("siamese_hybrid", "siamese_hybrid", {}),
-    ("pre_norm_qkvnorm_tied", "pre_norm", {"qkv_norm": True, "tie_embeddings": True}),
-    ("pre_norm_layernorm", "pre_norm", {"norm_type": "layernorm"}),
-    ("pre_norm_zloss", "pre_norm", {"z_loss": 1e-3}),
-    ("siamese_no_depth_scale", "siamese", {"siamese_depth_scale": False}),
-    ("siamese_no_input_norm", "siamese", {"siamese_input_norm": False}),
-    ("siamese_paper_fusion", "siamese", {"siamese_output_fusion": "paper"}),
-    ("siamese_hybrid_no_depth_scale", "siamese_hybrid", {"siamese_depth_scale": False}),
-    ("siamese_hybrid_no_input_norm", "siamese_hybrid", {"siamese_input_norm": False}),
-    ("siamese_hybrid_paper_fusion", "siamese_hybrid", {"siamese_output_fusion": "paper"}),
-    ("deep_norm_alpha1", "deep_norm", {"deep_norm_alpha": 1.0}),
+    ("pre_norm_qkvnorm_tied", "pre_norm", compact(qkv_norm=True, tie_embeddings=True)),
+    ("pre_norm_layernorm", "pre_norm", compact(norm_type="layernorm")),
+    ("pre_norm_zloss", "pre_norm", compact(z_loss=1e-3)),
+    ("siamese_no_depth_scale", "siamese", compact(siamese_depth_scale=False)),
+    ("siamese_no_input_norm", "siamese", compact(siamese_input_norm=False)),
+    ("siamese_paper_fusion", "siamese", compact(siamese_output_fusion="paper")),
+    ("siamese_hybrid_no_depth_scale", "siamese_hybrid", compact(siamese_depth_scale=False)),
+    ("siamese_hybrid_no_input_norm", "siamese_hybrid", compact(siamese_input_norm=False)),
+    ("siamese_hybrid_paper_fusion", "siamese_hybrid", compact(siamese_output_fusion="paper")),
+    ("deep_norm_alpha1", "deep_norm", compact(deep_norm_alpha=1.0)),
+    # eps-sensitive
+    ("eps_pre_norm", "pre_norm", compact(**EPS)),
+    ("eps_post_norm", "post_norm", compact(**EPS)),
+    ("eps_hybrid_norm", "hybrid_norm", compact(**EPS)),
+    ("eps_siamese", "siamese", compact(**EPS)),
+    ("eps_siamese_hybrid", "siamese_hybrid", compact(**EPS)),
+    ("eps_pre_norm_layernorm", "pre_norm", compact(**EPS, norm_type="layernorm")),
+    # full multi-head attention (n_kv_heads == n_heads)
+    ("mha_pre_norm", "pre_norm", compact(n_kv_heads=4)),
+    ("mha_siamese_hybrid", "siamese_hybrid", compact(n_kv_heads=4)),
+    # q/k/v norms where they are optional
+    ("qkvnorm_siamese", "siamese", compact(qkv_norm=True)),
+    ("qkvnorm_deep_norm", "deep_norm", compact(qkv_norm=True)),
+    ("qkvnorm_resi_dual", "resi_dual", compact(qkv_norm=True)),
+    # tied embeddings on the two-stream schemes
+    ("tied_siamese", "siamese", compact(tie_embeddings=True)),
+    ("tied_siamese_hybrid", "siamese_hybrid", compact(tie_embeddings=True)),
+    # LayerNorm
+    ("layernorm_hybrid_norm", "hybrid_norm", compact(norm_type="layernorm")),
+    ("layernorm_peri_norm", "peri_norm", compact(norm_type="layernorm")),
+    ("layernorm_siamese_hybrid", "siamese_hybrid", compact(norm_type="layernorm")),
+    # Mix-LN splits (the default of 4 layers is 1 Post-Norm block)
+    ("mix_ln_split0", "mix_ln", compact(mix_ln_post_layers=0)),
+    ("mix_ln_split2", "mix_ln", compact(mix_ln_post_layers=2)),
+    # a longer sequence
+    ("t64_pre_norm", "pre_norm", compact(seq_len=64)),
+    ("t64_siamese_hybrid", "siamese_hybrid", compact(seq_len=64)),
 ]
 
 
@@ -60,10 +114,10 @@ def build_case(index, scheme, overrides):
     for name, p in params.items():
         tensors[f"param.{name}"] = p.to(torch.float32).contiguous()
     tensors["tokens"] = tokens.contiguous()
-    tensors["logits"] = logits.to(torch.float32).contiguous()
-    tensors["loss"] = loss.to(torch.float32).reshape(()).contiguous()
+    tensors["logits"] = logits.to(torch.float64).contiguous()
+    tensors["loss"] = loss.to(torch.float64).reshape(()).contiguous()
     for name, g in grads.items():
-        tensors[f"grad.{name}"] = g.to(torch.float32).contiguous()
+        tensors[f"grad.{name}"] = g.to(torch.float64).contiguous()
     return cfg, tensors
 
 

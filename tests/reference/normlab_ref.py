@@ -51,6 +51,9 @@ DEFAULT_CONFIG = {
     "siamese_output_fusion": "code",
     "deep_norm_alpha": None,
     "mix_ln_post_layers": None,
+    # Initialisation only (how init_params draws embed.weight; not a model key): None for the
+    # default rule below, a number for that std (the goldens' small-embedding cases).
+    "embed_std": None,
     "batch_size": 2,
     "seq_len": 8,
 }
@@ -276,8 +279,9 @@ def init_params(cfg, seed, dtype=torch.float32):
 
     Each parameter is drawn from its own generator seeded by (seed, name), so two
     configs that share a parameter name get the same values for the same seed.
-    Matrices: normal with std 1/sqrt(fan_in), except the embedding: std 1 when the
-    head is untied, std 1/sqrt(d) when tied (so that tied logits stay O(1)).
+    Matrices: normal with std 1/sqrt(fan_in), except the embedding: cfg['embed_std'] when
+    set, else std 1 when the head is untied, std 1/sqrt(d) when tied (so that tied logits
+    stay O(1)).
     1-D parameters (norm gains, c1): uniform in [0.5, 1.5].
     """
     params = {}
@@ -285,6 +289,8 @@ def init_params(cfg, seed, dtype=torch.float32):
         g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
         if len(shape) == 1:
             t = 0.5 + torch.rand(shape, generator=g, dtype=torch.float64)
+        elif name == "embed.weight" and cfg["embed_std"] is not None:
+            t = torch.randn(shape, generator=g, dtype=torch.float64) * cfg["embed_std"]
         elif name == "embed.weight" and not cfg["tie_embeddings"]:
             t = torch.randn(shape, generator=g, dtype=torch.float64)
         else:

@@ -3,8 +3,9 @@
 
     python tests/reference/self_check.py [--golden tests/data/golden]
 
-Exits non-zero when any check fails. When the golden directory exists, every golden is
-also reloaded and recomputed from its stored weights, tokens and config.
+Exits non-zero when any check fails. When the golden directory exists, it must hold exactly
+the cases of make_goldens.py, and every golden is reloaded and recomputed from its stored
+weights, tokens and config.
 """
 
 import argparse
@@ -14,11 +15,13 @@ import math
 import os
 import sys
 
-import torch
-import torch.nn.functional as F
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import make_goldens  # noqa: E402  (first: it sets the reproducible-numerics environment)
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
 import normlab_ref as ref  # noqa: E402
 
 DT = torch.float64
@@ -399,58 +402,79 @@ def finite_difference_grads():
 # Goldens
 # ---------------------------------------------------------------------------
 
+def check_golden_file(case, scheme, overrides, T, cfg):
+    """Problems with one golden file (an empty list when it is right)."""
+    problems = []
+    if cfg != ref.make_config(scheme, **overrides):
+        problems.append("config differs from make_goldens.py's case")
+        return problems
+    shapes = ref.param_shapes(cfg)
+    expected = ({f"param.{n}" for n in shapes} | {f"grad.{n}" for n in shapes}
+                | {"tokens", "logits", "loss"})
+    if set(T) != expected:
+        problems.append(f"tensor names: missing {sorted(expected - set(T))}, extra {sorted(set(T) - expected)}")
+        return problems
+    for n, s in shapes.items():
+        if tuple(T[f"param.{n}"].shape) != s or tuple(T[f"grad.{n}"].shape) != s:
+            problems.append(f"bad shape for {n}")
+        if T[f"param.{n}"].dtype != torch.float32 or T[f"grad.{n}"].dtype != torch.float64:
+            problems.append(f"bad dtype for {n} (param float32, grad float64)")
+        if T[f"grad.{n}"].abs().max().item() == 0.0:
+            problems.append(f"zero gradient for {n}")
+    B, S = cfg["batch_size"], cfg["seq_len"]
+    if T["tokens"].dtype != torch.int64 or tuple(T["tokens"].shape) != (B, S + 1):
+        problems.append("tokens shape/dtype")
+    if tuple(T["logits"].shape) != (B, S, cfg["vocab_size"]) or tuple(T["loss"].shape) != ():
+        problems.append("logits/loss shape")
+    if T["logits"].dtype != torch.float64 or T["loss"].dtype != torch.float64:
+        problems.append("logits/loss dtype (float64)")
+    if problems:
+        return problems
+    P32 = {n: T[f"param.{n}"] for n in shapes}
+    logits, loss, grads = ref.logits_loss_grads(P32, cfg, T["tokens"])
+    dl = maxdiff(logits, T["logits"]) / logits.abs().max().item()
+    dloss = abs(loss.item() - T["loss"].item()) / abs(loss.item())
+    dg = max(maxdiff(grads[n], T[f"grad.{n}"]) / grads[n].abs().max().item() for n in shapes)
+    if max(dl, dloss, dg) > 1e-12:
+        problems.append(f"recompute mismatch logits {dl:.1e} loss {dloss:.1e} grads {dg:.1e}")
+    if cfg["norm_eps"] >= 1e-2:
+        # eps-sensitive: the embedding's mean square is far below eps, and the logits move by
+        # percents when eps becomes the default 1e-5.
+        ms = P32["embed.weight"].double().pow(2).mean().item()
+        P64 = {n: t.double() for n, t in P32.items()}
+        moved = maxdiff(ref.model_forward(P64, dict(cfg, norm_eps=1e-5), T["tokens"])[0],
+                        logits) / logits.abs().max().item()
+        if ms > 0.1 * cfg["norm_eps"] or moved < 1e-2:
+            problems.append(f"not eps-sensitive: mean(embed^2) {ms:.1e}, logits move {moved:.1e} "
+                            "when eps is 1e-5")
+    return problems
+
+
 def check_goldens(folder):
     from safetensors import safe_open
     from safetensors.torch import load_file
 
-    files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
-    check(f"golden folder has 20 files", len(files) == 20, f"{len(files)} found")
+    files = sorted(f[: -len(".safetensors")] for f in os.listdir(folder) if f.endswith(".safetensors"))
+    cases = {name: (scheme, overrides) for name, scheme, overrides in make_goldens.CASES}
+    check("golden folder holds exactly make_goldens.py's cases", files == sorted(cases),
+          f"{len(files)} files, {len(cases)} cases; missing {sorted(set(cases) - set(files))}, "
+          f"extra {sorted(set(files) - set(cases))}")
     all_logits = {}
-    for f in files:
-        path = os.path.join(folder, f)
+    for case in files:
+        if case not in cases:
+            continue
+        path = os.path.join(folder, case + ".safetensors")
         with safe_open(path, "pt") as h:
             cfg = json.loads(h.metadata()["config"])
         T = load_file(path)
-        case = f[: -len(".safetensors")]
-        problems = []
-        missing_keys = set(ref.DEFAULT_CONFIG) - set(cfg)
-        if missing_keys:
-            problems.append(f"config lacks {sorted(missing_keys)}")
-        shapes = ref.param_shapes(cfg)
-        pnames = {k[len("param."):] for k in T if k.startswith("param.")}
-        gnames = {k[len("grad."):] for k in T if k.startswith("grad.")}
-        if pnames != set(shapes) or gnames != set(shapes):
-            problems.append("parameter/grad names differ from the scheme's list")
-        extra = set(T) - {f"param.{n}" for n in shapes} - {f"grad.{n}" for n in shapes} - {"tokens", "logits", "loss"}
-        if extra:
-            problems.append(f"extra tensors {sorted(extra)}")
-        for n, s in shapes.items():
-            if tuple(T[f"param.{n}"].shape) != s or tuple(T[f"grad.{n}"].shape) != s:
-                problems.append(f"bad shape for {n}")
-            if T[f"param.{n}"].dtype != torch.float32 or T[f"grad.{n}"].dtype != torch.float32:
-                problems.append(f"bad dtype for {n}")
-            if T[f"grad.{n}"].abs().max().item() == 0.0:
-                problems.append(f"zero gradient for {n}")
-        B, S = cfg["batch_size"], cfg["seq_len"]
-        if T["tokens"].dtype != torch.int64 or tuple(T["tokens"].shape) != (B, S + 1):
-            problems.append("tokens shape/dtype")
-        if tuple(T["logits"].shape) != (B, S, cfg["vocab_size"]) or tuple(T["loss"].shape) != ():
-            problems.append("logits/loss shape")
-        if not problems:
-            P32 = {n: T[f"param.{n}"] for n in shapes}
-            logits, loss, grads = ref.logits_loss_grads(P32, cfg, T["tokens"])
-            dl = maxdiff(logits, T["logits"].double()) / max(1.0, logits.abs().max().item())
-            dloss = abs(loss.item() - T["loss"].item()) / abs(loss.item())
-            dg = max(maxdiff(grads[n], T[f"grad.{n}"].double()) / max(1e-12, grads[n].abs().max().item())
-                     for n in shapes)
-            if dl > 1e-6 or dloss > 1e-6 or dg > 1e-6:
-                problems.append(f"recompute mismatch logits {dl:.1e} loss {dloss:.1e} grads {dg:.1e}")
+        problems = check_golden_file(case, *cases[case], T, cfg)
         all_logits[case] = T["logits"]
         check(f"golden {case} reloads and recomputes", not problems, "; ".join(problems))
-    if len(all_logits) > 1:
-        worst = min((maxdiff(all_logits[a], all_logits[b]), a, b)
-                    for a, b in itertools.combinations(all_logits, 2))
-        check("golden logits all pairwise different", worst[0] > 1e-3,
+    pairs = [(a, b) for a, b in itertools.combinations(all_logits, 2)
+             if all_logits[a].shape == all_logits[b].shape]
+    if pairs:
+        worst = min((maxdiff(all_logits[a], all_logits[b]), a, b) for a, b in pairs)
+        check("golden logits of one shape all pairwise different", worst[0] > 1e-3,
               f"closest pair {worst[1]} / {worst[2]}: {worst[0]:.3e}")
 
 

@@ -1,36 +1,126 @@
-// Agreement with the independent PyTorch reference (tests/reference): for every golden file,
-// normlab loads the reference's weights and reproduces its logits, loss and every parameter
-// gradient in fp32 to 1e-5 relative (max |ours - ref| / max |ref|). The reference computed in
-// float64 from the same float32 weights.
+// Agreement with the independent PyTorch reference (tests/reference). For every golden file
+// (tests/data/golden, written by tests/reference/make_goldens.py; the matrix is listed in
+// tests/reference/README.md), normlab loads the reference's float32 weights and reproduces
+// its logits, loss and the gradient of every parameter. The reference computed in float64
+// from those float32 weights and stored its outputs in float64.
+//
+//   fp32: the model as built, in float32 (oneDNN GEMMs, fused CPU kernels); per tensor
+//         max |ours - ref| / max |ref| <= 3e-5. That bound is float32 rounding only: the
+//         largest seen is 1.1e-5, a q_norm gain gradient of eps_siamese_hybrid, where the
+//         norms are dominated by eps; the default-size cases stay under 4e-6.
+//   fp64: the same model moved to float64 after loading (model->to(kDouble)); every element
+//         must satisfy |ours - ref| <= 1e-10 * |ref| + 1e-13 * max|ref|, max over the tensor:
+//         1e-10 relative per element, with an absolute floor at 1e-13 of the tensor's largest
+//         magnitude for elements near zero (test::close_per_element). Both sides are float64
+//         from the same inputs, so only the order of floating-point operations differs.
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+
 #include "normlab/nn/model.h"
 #include "normlab/nn/weights.h"
 #include "support.h"
 
 using namespace normlab;
 using normlab::test::close;
+using normlab::test::close_per_element;
 
-class GoldenTest : public ::testing::TestWithParam<std::string> {};
+namespace {
 
-TEST_P(GoldenTest, MatchesReferenceLogitsLossAndGradients) {
-  const test::Golden g = test::load_golden(GetParam());
+constexpr double kGoldenFp32Tol = 3e-5;
+constexpr double kGoldenFp64Rtol = 1e-10;
+constexpr double kGoldenFp64Floor = 1e-13;
+
+struct GoldenRun {
+  torch::Tensor logits, loss;
+  std::vector<std::pair<std::string, torch::Tensor>> grads;  // (name, gradient) per parameter
+};
+
+// Loads the golden's weights into a fresh model, converts it to `dtype`, and runs the loss and
+// its backward on the golden's tokens.
+GoldenRun run_golden(const std::string& name, const test::Golden& g, torch::ScalarType dtype) {
   DecoderLM model(g.config);
   TensorDict params;
-  for (const auto& [name, t] : g.content.tensors)
-    if (name.rfind("param.", 0) == 0) params.emplace(name.substr(6), t);
-  load_weights(*model, params, GetParam());  // strict: the names are the reference's names
+  for (const auto& [key, t] : g.content.tensors)
+    if (key.rfind("param.", 0) == 0) params.emplace(key.substr(6), t);
+  load_weights(*model, params, name);  // strict: the names are the reference's names
+  model->to(dtype);
 
   const torch::Tensor tokens = g.content.tensors.at("tokens");
   const int64_t T = tokens.size(1) - 1;
   const LossOutput out = model->loss(tokens.narrow(1, 0, T), tokens.narrow(1, 1, T), g.z_loss);
   out.loss.backward();
+  GoldenRun r{out.logits, out.loss, {}};
+  for (const auto& p : model->named_parameters()) r.grads.emplace_back(p.key(), p.value().grad());
+  return r;
+}
 
-  EXPECT_TRUE(close(out.logits, g.content.tensors.at("logits"), 1e-5)) << "logits";
-  EXPECT_TRUE(close(out.loss, g.content.tensors.at("loss"), 1e-5)) << "loss";
-  for (const auto& p : model->named_parameters()) {
-    const auto it = g.content.tensors.find("grad." + p.key());
-    ASSERT_NE(it, g.content.tensors.end()) << "no reference gradient for " << p.key();
-    EXPECT_TRUE(close(p.value().grad(), it->second, 1e-5)) << "gradient of " << p.key();
+const torch::Tensor& golden_tensor(const test::Golden& g, const std::string& key) {
+  return g.content.tensors.at(key);
+}
+
+}  // namespace
+
+// With NORMLAB_GOLDEN_VERBOSE set, both tests print each case's largest error and where it is.
+class GoldenTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GoldenTest, Float32MatchesReferenceLogitsLossAndGradients) {
+  const test::Golden g = test::load_golden(GetParam());
+  const GoldenRun r = run_golden(GetParam(), g, torch::kFloat);
+  ASSERT_EQ(r.logits.scalar_type(), torch::kFloat);
+  double worst = 0.0;
+  std::string where;
+  const auto check = [&](const std::string& what, const torch::Tensor& ours,
+                         const torch::Tensor& ref) {
+    EXPECT_TRUE(close(ours, ref, kGoldenFp32Tol)) << what;
+    const double e = test::max_rel_error(ours, ref);
+    if (e >= worst) {
+      worst = e;
+      where = what;
+    }
+  };
+  check("logits", r.logits, golden_tensor(g, "logits"));
+  check("loss", r.loss, golden_tensor(g, "loss"));
+  for (const auto& [name, grad] : r.grads) {
+    const auto it = g.content.tensors.find("grad." + name);
+    ASSERT_NE(it, g.content.tensors.end()) << "no reference gradient for " << name;
+    check("gradient of " + name, grad, it->second);
   }
+  if (std::getenv("NORMLAB_GOLDEN_VERBOSE"))
+    std::cout << "golden fp32 " << GetParam() << ": worst relative error " << worst << " (" << where
+              << ")\n";
+}
+
+TEST_P(GoldenTest, Float64MatchesReferencePerElement) {
+  const test::Golden g = test::load_golden(GetParam());
+  ASSERT_EQ(golden_tensor(g, "logits").scalar_type(), torch::kDouble)
+      << "the golden stores float32 outputs; regenerate it with tests/reference/make_goldens.py";
+  const GoldenRun r = run_golden(GetParam(), g, torch::kDouble);
+  ASSERT_EQ(r.logits.scalar_type(), torch::kDouble);
+  ASSERT_EQ(r.loss.scalar_type(), torch::kDouble);
+
+  double worst = 0.0, e = 0.0;
+  std::string where;
+  const auto check = [&](const std::string& what, const torch::Tensor& ours,
+                         const torch::Tensor& ref) {
+    EXPECT_TRUE(close_per_element(ours, ref, kGoldenFp64Rtol, kGoldenFp64Floor, &e)) << what;
+    if (e >= worst) {
+      worst = e;
+      where = what;
+    }
+  };
+  check("logits", r.logits, golden_tensor(g, "logits"));
+  check("loss", r.loss, golden_tensor(g, "loss"));
+  for (const auto& [name, grad] : r.grads) {
+    ASSERT_TRUE(grad.defined()) << "no gradient for " << name;
+    ASSERT_EQ(grad.scalar_type(), torch::kDouble) << name;
+    const auto it = g.content.tensors.find("grad." + name);
+    ASSERT_NE(it, g.content.tensors.end()) << "no reference gradient for " << name;
+    check("gradient of " + name, grad, it->second);
+  }
+  if (std::getenv("NORMLAB_GOLDEN_VERBOSE"))
+    std::cout << "golden fp64 " << GetParam() << ": worst per-element relative error " << worst
+              << " (" << where << ")\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(AllGoldens, GoldenTest, ::testing::ValuesIn(test::golden_names()),
@@ -41,4 +131,27 @@ TEST(Golden, EverySchemeHasADefaultGolden) {
   for (Scheme s : enum_values<Scheme>())
     EXPECT_NE(std::find(names.begin(), names.end(), std::string(enum_name(s))), names.end())
         << "tests/data/golden has no file for " << enum_name(s);
+}
+
+// The fp64 bound as stated above: 1e-10 relative per element, plus 1e-13 of max|ref|.
+TEST(Golden, PerElementBoundIsRelativeWithAFloorAtTheTensorsScale) {
+  const torch::Tensor ref = torch::tensor({4.0, -2.0, 1e-9, 0.0}, torch::kDouble);
+  const auto with = [&](int64_t i, double delta) {
+    torch::Tensor a = ref.clone();
+    a[i] += delta;
+    return close_per_element(a, ref, kGoldenFp64Rtol, kGoldenFp64Floor);
+  };
+  // element 1 (|ref| 2): bound 2e-10 + 4e-13
+  EXPECT_TRUE(with(1, 2.0e-10));
+  EXPECT_FALSE(with(1, 2.1e-10));
+  // elements near zero: the floor 1e-13 * 4 dominates
+  EXPECT_TRUE(with(2, 3.9e-13));
+  EXPECT_FALSE(with(2, 4.2e-13));
+  EXPECT_TRUE(with(3, 3.9e-13));
+  EXPECT_FALSE(with(3, 4.1e-13));
+  EXPECT_FALSE(with(0, std::nan("")));
+  EXPECT_FALSE(close_per_element(ref.narrow(0, 0, 3), ref, kGoldenFp64Rtol, kGoldenFp64Floor));
+  double worst = -1.0;
+  EXPECT_TRUE(close_per_element(ref, ref, kGoldenFp64Rtol, kGoldenFp64Floor, &worst));
+  EXPECT_EQ(worst, 0.0);
 }
