@@ -44,6 +44,7 @@ set(NORMLAB_SOURCES
   nn/schemes/siamese.cpp
   nn/schemes/siamese_hybrid.cpp
   nn/weights.cpp
+  sweep/asha.cpp
   sweep/sweep.cpp
   sweep/sweep_report.cpp
   train/checkpoint.cpp

@@ -579,6 +579,41 @@ std::string config_reference_markdown() {
   return out;
 }
 
+// A sweep file's early_stop: "none", "asha", or a map {method: asha, min_steps: N,
+// reduction: N}.
+EarlyStopSpec early_stop_of(const YAML::Node& n, const std::string& path) {
+  EarlyStopSpec e;
+  auto fail = [&](const std::string& key, const std::string& msg) {
+    throw ConfigError(path + ": early_stop" + key + ": " + msg);
+  };
+  auto method = [&](const std::string& m, const std::string& key) {
+    if (m != "asha" && m != "none") fail(key, "expected asha or none, got '" + m + "'");
+    e.asha = m == "asha";
+  };
+  if (n.IsScalar()) {
+    method(n.Scalar(), "");
+    return e;
+  }
+  if (!n.IsMap()) fail("", "expected asha, none or a map of method, min_steps, reduction");
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const std::string k = it->first.Scalar();
+    if (k == "method" && it->second.IsScalar()) {
+      method(it->second.Scalar(), ".method");
+    } else if (k == "min_steps" || k == "reduction") {
+      int64_t v = 0;
+      const std::string err = parse_scalar(it->second, v);
+      if (!err.empty()) fail("." + k, err);
+      if (v < (k == "reduction" ? 2 : 1))
+        fail("." + k, "expected at least " + std::string(k == "reduction" ? "2" : "1") + ", got " +
+                          std::to_string(v));
+      (k == "min_steps" ? e.min_steps : e.reduction) = v;
+    } else {
+      fail("." + k, unknown_key_message(k, {"method", "min_steps", "reduction"}));
+    }
+  }
+  return e;
+}
+
 SweepSpec sweep_load(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
@@ -590,8 +625,8 @@ SweepSpec sweep_load(const std::string& path) {
     throw ConfigError(path + ": invalid YAML: " + e.what());
   }
   if (!doc.IsMap()) throw ConfigError(path + ": expected a map of sweep keys at the top level");
-  static const std::vector<std::string> keys = {"config", "scheme", "lr",          "seed",
-                                                "set",    "jobs",   "gpus_per_run"};
+  static const std::vector<std::string> keys = {"config", "scheme", "lr",           "seed",
+                                                "set",    "jobs",   "gpus_per_run", "early_stop"};
   auto fail = [&](const std::string& key, const std::string& msg) -> void {
     throw ConfigError(path + ": " + key + ": " + msg);
   };
@@ -677,6 +712,7 @@ SweepSpec sweep_load(const std::string& path) {
   };
   count("jobs", spec.jobs);
   count("gpus_per_run", spec.gpus_per_run);
+  if (doc["early_stop"]) spec.early_stop = early_stop_of(doc["early_stop"], path);
   return spec;
 }
 

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "normlab/config/config_io.h"
+#include "normlab/sweep/asha.h"
 #include "normlab/sweep/sweep_report.h"
 #include "normlab/train/checkpoint.h"
 #include "normlab/train/run_summary.h"
@@ -96,6 +97,30 @@ std::string now_text() {
   return buf;
 }
 
+// The step of a run folder's newest checkpoint (0 without one).
+int64_t checkpoint_step(const std::string& run_dir) {
+  const auto latest = checkpoint_latest(run_dir);  // ".../checkpoints/step-00000100"
+  if (!latest) return 0;
+  const std::string name = fs::path(*latest).filename().string();
+  return std::strtoll(name.c_str() + name.find('-') + 1, nullptr, 10);
+}
+
+// The validation loss that metrics.jsonl records at `step`, if any.
+std::optional<double> val_loss_at(const std::string& run_dir, int64_t step) {
+  std::error_code ec;
+  const std::string path = (fs::path(run_dir) / "metrics.jsonl").string();
+  if (!fs::exists(path, ec)) return std::nullopt;
+  std::istringstream in(read_file(path));
+  std::optional<double> v;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.value("step", int64_t{-1}) == step && j.contains("val_loss") &&
+        j["val_loss"].is_number())
+      v = j["val_loss"].get<double>();
+  }
+  return v;
+}
+
 // sweep.json: what this folder sweeps. A second sweep with another base config or other
 // overrides in the same folder would mix incomparable runs, so it is refused.
 void check_or_write_manifest(const SweepSpec& spec, const std::vector<SweepPoint>& points,
@@ -147,7 +172,15 @@ std::vector<std::string> gpu_slots(const std::vector<std::string>& devices, int 
 }
 
 PointState point_state(const std::string& run_dir) {
-  if (fs::exists(crash_file(run_dir))) return PointState::Crashed;
+  if (fs::exists(crash_file(run_dir))) {
+    try {  // {"state": "crashed" | "stopped", ...}
+      const auto j = nlohmann::json::parse(read_file(crash_file(run_dir)));
+      if (j.value("state", std::string()) == "stopped") return PointState::Stopped;
+    } catch (const std::exception&) {
+      // unreadable: a crash
+    }
+    return PointState::Crashed;
+  }
   if (const auto s = run_summary_read(run_dir)) {  // unreadable: fall through to the checkpoints
     switch (s->status) {
       case RunStatus::Completed: return PointState::Completed;
@@ -190,6 +223,25 @@ struct Placement {
   std::map<std::string, std::string> env;  // set in every child
 };
 
+// ASHA over the points, when the spec asks for early stopping: rungs from the points' shared
+// train.steps, each a multiple of eval.every so that a validation loss is measured there.
+std::optional<Asha> make_asha(const SweepSpec& spec) {
+  if (!spec.early_stop.asha) return std::nullopt;
+  const RunConfig base = config_load(spec.config, spec.overrides);
+  if (base.eval.every <= 0)
+    throw ConfigError("early stopping needs a validation loss at every rung: eval.every = " +
+                      std::to_string(base.eval.every) + " (set it with --set eval.every=N)");
+  AshaOptions a;
+  a.min_steps = spec.early_stop.min_steps > 0 ? spec.early_stop.min_steps : base.eval.every;
+  a.reduction = spec.early_stop.reduction;
+  a.steps = base.train.steps;
+  if (a.min_steps % base.eval.every != 0)
+    throw ConfigError("early stopping: min_steps = " + std::to_string(a.min_steps) +
+                      " must be a multiple of eval.every = " + std::to_string(base.eval.every) +
+                      ", so that every rung has a validation loss");
+  return Asha(a);
+}
+
 Placement place_runs(const SweepSpec& spec, const SweepOptions& o) {
   const RunConfig base = config_load(spec.config, spec.overrides);
   Placement pl;
@@ -231,16 +283,19 @@ Placement place_runs(const SweepSpec& spec, const SweepOptions& o) {
 class SweepRunner {
  public:
   SweepRunner(const SweepSpec& spec, const SweepOptions& o, std::vector<SweepPoint> points,
-              Placement pl)
-      : spec_(spec), o_(o), points_(std::move(points)), pl_(std::move(pl)) {
+              Placement pl, std::optional<Asha> asha)
+      : spec_(spec), o_(o), points_(std::move(points)), pl_(std::move(pl)), asha_(std::move(asha)) {
     slot_busy_.assign(pl_.gpu ? pl_.slots.size() : static_cast<size_t>(pl_.jobs), false);
   }
 
   SweepOutcome run() {
     for (size_t i = 0; i < points_.size(); ++i) {
       const PointState st = point_state(dir_of(i));
+      if (asha_ && st != PointState::Pending) report_rungs(i, st);
       if (st == PointState::Completed || st == PointState::Diverged)
         ++outcome_.skipped;
+      else if (asha_ && asha_->paused_at(i) && !(st == PointState::Stopped && o_.resume_stopped))
+        ;  // waits at its rung for a promotion
       else
         todo_.push_back(i);
     }
@@ -255,6 +310,7 @@ class SweepRunner {
     while (poll()) {
     }
     outcome_.interrupted += static_cast<int>(todo_.size() - next_);  // never launched
+    if (asha_ && signalled_ == 0) mark_stopped();
     write_sweep_reports(o_.out, points_);
     return outcome_;
   }
@@ -266,7 +322,39 @@ class SweepRunner {
     size_t slot;
     std::chrono::steady_clock::time_point start;
     fs::file_time_type launched;  // to tell this child's summary.json from an earlier one
+    int64_t target;               // the step it runs to: a rung (early stopping) or the end
   };
+
+  // A point found on disk: the rungs it passed (finished before, or promoted then
+  // interrupted) and the rung it waits at (its newest checkpoint is a rung with a validation
+  // loss there).
+  void report_rungs(size_t i, PointState st) {
+    const std::string dir = dir_of(i);
+    const int64_t step = checkpoint_step(dir);
+    const bool finished = st == PointState::Completed || st == PointState::Diverged;
+    for (size_t k = 0; k < asha_->rungs().size(); ++k) {
+      const int64_t r = asha_->rungs()[k];
+      const auto v = val_loss_at(dir, r);
+      if (!v || (!finished && r > step)) break;
+      asha_->report(i, k, *v, /*passed=*/finished || r < step || o_.resume_stopped);
+    }
+  }
+
+  // Points still waiting at a rung when nothing is left to run: stopped there for good.
+  void mark_stopped() {
+    for (size_t i = 0; i < points_.size(); ++i) {
+      const auto k = asha_->paused_at(i);
+      if (!k) continue;
+      const int64_t at = asha_->rungs()[*k];
+      const std::string text =
+          nlohmann::json({{"state", "stopped"}, {"step", at}, {"rung", *k}}).dump() + "\n";
+      write_file_atomic(crash_file(dir_of(i)), [&](FileWriter& w) { w.write(text); });
+      const RunConfig cfg = config_load(spec_.config, points_[i].overrides);
+      ++outcome_.stopped;
+      outcome_.steps_saved += cfg.train.steps - at;
+      say(points_[i].name + ": stopped @ step " + std::to_string(at) + " (early stopping)");
+    }
+  }
 
   void say(const std::string& s) const {
     if (o_.say) o_.say(s);
@@ -286,7 +374,14 @@ class SweepRunner {
             " run(s); each saves a checkpoint");
       signalled_ = stop;
     }
-    while (stop == 0 && next_ < todo_.size() && static_cast<int>(running_.size()) < pl_.jobs) {
+    while (stop == 0 && static_cast<int>(running_.size()) < pl_.jobs) {
+      // Early stopping: a promotion first, then a new point.
+      const bool settled = next_ >= todo_.size() && running_.empty();
+      if (const auto p = asha_ ? asha_->promote(settled) : std::nullopt) {
+        launch(*p);
+        continue;
+      }
+      if (next_ >= todo_.size()) break;
       if (FileLock::busy((fs::path(dir_of(todo_[next_])) / ".lock").string()))
         break;  // a killed earlier child still exiting
       launch(todo_[next_++]);
@@ -313,12 +408,20 @@ class SweepRunner {
     const SweepPoint& p = points_[idx];
     const std::string dir = dir_of(idx);
     fs::create_directories(dir);
-    fs::remove(crash_file(dir));
     const PointState before = point_state(dir);
+    fs::remove(crash_file(dir));
     Launch l;
     // The child sees only its slot's devices, numbered from 0; K > 1 of them: K ranks (FSDP).
     l.argv = point_command(p, spec_.config, o_.normlab, dir, pl_.gpu,
                            pl_.gpu ? std::max(spec_.gpus_per_run, 1) : 1, o_.launcher);
+    // Early stopping: run to the next rung only (a stopped point resumed to the end: all).
+    const int64_t step = checkpoint_step(dir);
+    const int64_t steps = config_load(spec_.config, p.overrides).train.steps;
+    int64_t target = steps;
+    if (asha_ && !(before == PointState::Stopped && o_.resume_stopped))
+      target = std::min(asha_->next_target(step), steps);
+    if (target < steps)
+      l.argv.insert(l.argv.end(), {"--stop-after", std::to_string(target - step)});
     size_t slot = 0;
     while (slot_busy_[slot]) ++slot;
     std::map<std::string, std::string> child_env = pl_.env;
@@ -335,11 +438,12 @@ class SweepRunner {
                    cmd.c_str());
       std::fclose(f);
     }
-    running_.push_back(
-        {spawn(l), idx, slot, std::chrono::steady_clock::now(), fs::file_time_type::clock::now()});
+    running_.push_back({spawn(l), idx, slot, std::chrono::steady_clock::now(),
+                        fs::file_time_type::clock::now(), target});
     slot_busy_[slot] = true;
     say(std::string(before == PointState::Pending ? "start  " : "resume ") + p.name +
-        (pl_.gpu ? " on GPU " + pl_.slots[slot] : "") + " (log: " + l.console + ")");
+        (pl_.gpu ? " on GPU " + pl_.slots[slot] : "") +
+        (target < steps ? " to step " + std::to_string(target) : "") + " (log: " + l.console + ")");
   }
 
   void finish(const Child& c, int wstatus) {
@@ -355,6 +459,19 @@ class SweepRunner {
     const fs::path summary = fs::path(dir) / "summary.json";
     const bool fresh_summary =
         fs::exists(summary, ec) && fs::last_write_time(summary, ec) >= c.launched;
+    if (asha_ && code == exit_code(RunStatus::Interrupted) && signalled_ == 0 &&
+        checkpoint_step(dir) == c.target && asha_->rung_of(c.target)) {
+      // Paused at a rung: its validation loss there decides whether it goes on.
+      const auto v = val_loss_at(dir, c.target);
+      if (!v)
+        throw DataError(dir + "/metrics.jsonl: no validation loss at rung step " +
+                        std::to_string(c.target) + " (a validation split is needed)");
+      asha_->report(c.point, *asha_->rung_of(c.target), *v);
+      say("rung " + std::to_string(c.target) + ": " + p.name + " val loss " + format_number(*v, 4) +
+          " (" + format_number(secs, 0) + " s)");
+      write_sweep_reports(o_.out, points_);
+      return;
+    }
     if (code == exit_code(RunStatus::Completed) || code == exit_code(RunStatus::Diverged) ||
         code == exit_code(RunStatus::Interrupted) || fresh_summary) {
       const PointState st = point_state(dir);
@@ -388,6 +505,7 @@ class SweepRunner {
   const SweepOptions& o_;
   const std::vector<SweepPoint> points_;
   const Placement pl_;
+  std::optional<Asha> asha_;
   SweepOutcome outcome_;
   std::vector<size_t> todo_;  // indices of the points to run, in order
   std::vector<Child> running_;
@@ -402,10 +520,11 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& o) {
   if (o.out.empty()) throw ConfigError("sweep: no output folder (--out)");
   std::vector<SweepPoint> points = sweep_points(spec);  // validates everything first
   Placement pl = place_runs(spec, o);
+  std::optional<Asha> asha = make_asha(spec);
   fs::create_directories(fs::path(o.out) / "runs");
   const FileLock lock((fs::path(o.out) / "sweep.lock").string(), "a normlab sweep runs there");
   check_or_write_manifest(spec, points, o.out);
-  return SweepRunner(spec, o, std::move(points), std::move(pl)).run();
+  return SweepRunner(spec, o, std::move(points), std::move(pl), std::move(asha)).run();
 }
 
 }  // namespace normlab

@@ -66,6 +66,7 @@ std::string state_text(const PointResult& r) {
     case PointState::Diverged:
       return "diverged @ " + std::to_string(r.diverged_at.value_or(r.steps));
     case PointState::Interrupted: return "interrupted @ " + std::to_string(r.steps);
+    case PointState::Stopped: return "stopped @ " + std::to_string(r.steps);
     case PointState::Crashed:
       return r.exit_code && *r.exit_code >= 0
                  ? "crashed (exit " + std::to_string(*r.exit_code) + ")"
@@ -125,7 +126,8 @@ SweepCell sweep_cell(const std::vector<PointResult>& seeds) {
   SweepCell c;
   if (seeds.empty()) return {"-", std::nullopt};
   const bool finished = std::all_of(seeds.begin(), seeds.end(), [](const PointResult& r) {
-    return r.state == PointState::Completed || r.state == PointState::Diverged;
+    return r.state == PointState::Completed || r.state == PointState::Diverged ||
+           r.state == PointState::Stopped;
   });
   const std::string of_n = seeds.size() > 1 ? "/" + std::to_string(seeds.size()) + " seeds" : "";
   if (finished) {
@@ -142,6 +144,11 @@ SweepCell sweep_cell(const std::vector<PointResult>& seeds) {
       if (seeds.size() > 1) c.text += " (" + std::to_string(n_div) + of_n + ")";
       return c;
     }
+    for (const auto& r : seeds)  // early stopping ended it at a rung
+      if (r.state == PointState::Stopped)
+        return {state_text(r) +
+                    (seeds.size() > 1 ? " (seed " + std::to_string(r.point.seed) + ")" : ""),
+                std::nullopt};
     double sum = 0.0, sum_sq = 0.0;
     int64_t spikes = 0;
     bool have_all = true;
@@ -205,6 +212,17 @@ std::string sweep_markdown(const std::vector<PointResult>& rs, const std::string
     }
     md += "\n";
   }
+  int64_t planned = 0, saved = 0, stopped = 0;
+  for (const auto& r : rs) {
+    planned += r.steps_planned;
+    if (r.state == PointState::Stopped) saved += r.steps_planned - r.steps, ++stopped;
+  }
+  if (stopped > 0)
+    md += "\nEarly stopping (ASHA) stopped " + std::to_string(stopped) + " of " +
+          std::to_string(rs.size()) + " runs at a rung (\"stopped @ N\"), saving " +
+          std::to_string(saved) + " of the grid's " + std::to_string(planned) + " steps (" +
+          format_number(100.0 * static_cast<double>(saved) / static_cast<double>(planned), 1) +
+          " %).\n";
   md +=
       "\n## Runs\n\n| run | status | steps | train loss | val loss | val ppl | spikes | max grad "
       "norm | time (s) |\n"

@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "normlab/config/config_io.h"
+#include "normlab/sweep/asha.h"
 #include "normlab/sweep/sweep.h"
 #include "normlab/sweep/sweep_report.h"
 #include "normlab/train/checkpoint.h"
@@ -158,6 +159,11 @@ TEST(Sweep, SweepFilesLoadAndRejectMistakes) {
       {"config: base.yaml\ngpus_per_run: -2\n", "gpus_per_run: expected 0 or more"},
       {"config: base.yaml\nlr: [1e-3\n", "invalid YAML"},
       {"- a\n- b\n", "expected a map of sweep keys"},
+      {"config: base.yaml\nearly_stop: hyperband\n", "early_stop: expected asha or none"},
+      {"config: base.yaml\nearly_stop: {method: asha, reduction: 1}\n",
+       "early_stop.reduction: expected at least 2, got 1"},
+      {"config: base.yaml\nearly_stop: {method: asha, min_step: 5}\n",
+       "early_stop.min_step: unknown key (did you mean 'min_steps'?)"},
   };
   for (const auto& [text, expect] : cases) {
     sweep_write(dir / "bad.yaml", text);
@@ -167,6 +173,57 @@ TEST(Sweep, SweepFilesLoadAndRejectMistakes) {
   }
   EXPECT_NE(sweep_error_of([&] { sweep_load(dir / "missing.yaml"); }).find("sweep file not found"),
             std::string::npos);
+}
+
+TEST(Sweep, EarlyStoppingLoadsFromSweepFiles) {
+  ScratchDir dir("sweep_files");
+  sweep_write(dir / "base.yaml", "train:\n  steps: 5\n");
+  sweep_write(dir / "a.yaml", "config: base.yaml\nearly_stop: asha\n");
+  EXPECT_TRUE(sweep_load(dir / "a.yaml").early_stop.asha);
+  EXPECT_EQ(sweep_load(dir / "a.yaml").early_stop.reduction, 3);
+  sweep_write(dir / "b.yaml",
+              "config: base.yaml\nearly_stop:\n  method: asha\n  min_steps: 50\n  reduction: 4\n");
+  const EarlyStopSpec e = sweep_load(dir / "b.yaml").early_stop;
+  EXPECT_TRUE(e.asha);
+  EXPECT_EQ(e.min_steps, 50);
+  EXPECT_EQ(e.reduction, 4);
+  sweep_write(dir / "c.yaml", "config: base.yaml\n");
+  EXPECT_FALSE(sweep_load(dir / "c.yaml").early_stop.asha);
+}
+
+// ASHA's bookkeeping: rungs min_steps * eta^k below the run's length; a point is promoted past
+// a rung once it is among the best floor(n / eta) of the n that reached it, the highest rung
+// first; when nothing else can happen, each rung lets its best point go on.
+TEST(Asha, RungsAndPromotions) {
+  Asha a({/*min_steps=*/10, /*reduction=*/3, /*steps=*/100});
+  EXPECT_EQ(a.rungs(), (std::vector<int64_t>{10, 30, 90}));
+  EXPECT_EQ(a.next_target(0), 10);
+  EXPECT_EQ(a.next_target(10), 30);
+  EXPECT_EQ(a.next_target(95), 100);
+  EXPECT_EQ(a.rung_of(30), 1u);
+  EXPECT_FALSE(a.rung_of(20));
+
+  a.report(0, 0, 5.0);
+  a.report(1, 0, 4.0);
+  EXPECT_FALSE(a.promote(false)) << "2 points: the top third is empty";
+  EXPECT_EQ(a.paused_at(1), 0u);
+  a.report(2, 0, 6.0);
+  EXPECT_EQ(a.promote(false), 1u) << "3 points: the best goes on";
+  EXPECT_FALSE(a.promote(false)) << "and only it";
+  EXPECT_FALSE(a.paused_at(1));
+  a.report(1, 1, 3.0);
+  for (size_t p = 3; p < 6; ++p) a.report(p, 0, 1.0 + static_cast<double>(p));  // 4, 5, 6
+  EXPECT_EQ(a.promote(false), 3u) << "6 points at rung 0: the second best (4.0, point 3)";
+  EXPECT_FALSE(a.promote(false));
+  EXPECT_EQ(a.promote(true), 1u) << "settled: rung 1's best goes on although 1 < eta";
+  EXPECT_FALSE(a.promote(true)) << "rung 1 has promoted one; rung 0 two";
+  EXPECT_EQ(a.paused_at(0), 0u);
+  EXPECT_EQ(a.paused_at(2), 0u);
+  EXPECT_FALSE(a.paused_at(1));
+
+  EXPECT_THROW(Asha({0, 3, 100}), ConfigError);
+  EXPECT_THROW(Asha({100, 3, 100}), ConfigError);
+  EXPECT_THROW(Asha({10, 1, 100}), ConfigError);
 }
 
 TEST(Sweep, ShippedSweepFilesLoad) {
@@ -245,6 +302,8 @@ TEST(Sweep, PointStateComesFromTheRunFolder) {
   EXPECT_EQ(point_state(run), PointState::Crashed);
   const PointResult r = read_point_result(run, {Scheme::PreNorm, 1e-3, 0, "run", {}});
   EXPECT_EQ(r.exit_code, 1);
+  sweep_write(run + "/sweep_status.json", R"({"state": "stopped", "step": 10, "rung": 0})");
+  EXPECT_EQ(point_state(run), PointState::Stopped);  // early stopping ended it at a rung
 }
 
 TEST(Sweep, CellsFollowThePapersTable) {

@@ -35,7 +35,9 @@ Runner setup_sweep(CLI::App& sub) {
     std::string config, sweep, out, lr, scheme, seed;
     std::vector<std::string> overrides;
     int jobs = -1, gpus_per_run = -1;
-    bool report = false, no_plots = false;
+    bool report = false, no_plots = false, resume_stopped = false;
+    std::string early_stop;
+    int64_t min_steps = 0, reduction = 0;
   };
   auto o = std::make_shared<Options>();
   sub.add_option("--config", o->config, "base run configuration (YAML)")->check(CLI::ExistingFile);
@@ -51,6 +53,18 @@ Runner setup_sweep(CLI::App& sub) {
   sub.add_option("--jobs", o->jobs, "runs at a time (default: 1 on CPU, one per GPU slot)");
   sub.add_option("--gpus-per-run", o->gpus_per_run,
                  "GPUs of each run (disjoint CUDA_VISIBLE_DEVICES sets)");
+  sub.add_option("--early-stop", o->early_stop,
+                 "asha: stop points that fall behind at the rungs (docs/sweeps.md); none: off")
+      ->check(CLI::IsMember({"asha", "none"}));
+  sub.add_option("--min-steps", o->min_steps,
+                 "early stopping: the first rung (default: eval.every); rungs min_steps x "
+                 "reduction^k")
+      ->check(CLI::PositiveNumber);
+  sub.add_option("--reduction", o->reduction,
+                 "early stopping: each rung keeps the best 1/reduction (default 3)")
+      ->check(CLI::Range(int64_t{2}, int64_t{1000}));
+  sub.add_flag("--resume-stopped", o->resume_stopped,
+               "run the points that early stopping stopped to the end");
   sub.add_option("--out", o->out, "sweep folder (default: sweeps/<sweep or config name>)");
   sub.add_flag("--report", o->report, "only rebuild the reports and plots of --out");
   sub.add_flag("--no-plots", o->no_plots, "do not run tools/plot_sweep.py");
@@ -108,6 +122,9 @@ Runner setup_sweep(CLI::App& sub) {
     spec.overrides.insert(spec.overrides.end(), o->overrides.begin(), o->overrides.end());
     if (o->jobs >= 0) spec.jobs = o->jobs;
     if (o->gpus_per_run >= 0) spec.gpus_per_run = o->gpus_per_run;
+    if (!o->early_stop.empty()) spec.early_stop.asha = o->early_stop == "asha";
+    if (o->min_steps > 0) spec.early_stop.min_steps = o->min_steps;
+    if (o->reduction > 0) spec.early_stop.reduction = o->reduction;
 
     std::string out = o->out;
     if (out.empty())
@@ -127,11 +144,15 @@ Runner setup_sweep(CLI::App& sub) {
       opts.launcher = {project_python(), "-m", "torch.distributed.run"};
     }
     opts.stop = &g_sweep_stop;
+    opts.resume_stopped = o->resume_stopped;
     opts.say = [](const std::string& line) { std::cout << line << std::endl; };
     const SweepOutcome r = run_sweep(spec, opts);
     std::cout << "sweep: " << r.completed << " completed, " << r.diverged << " diverged, "
               << r.crashed << " crashed, " << r.interrupted << " not finished, " << r.skipped
-              << " finished before\n";
+              << " finished before";
+    if (spec.early_stop.asha)
+      std::cout << ", " << r.stopped << " stopped early (" << r.steps_saved << " steps saved)";
+    std::cout << "\n";
     if (!o->no_plots) run_python_tool("plot_sweep.py", {out}, "plots");
     // The table itself, as in summary.md (up to its per-run section).
     const std::string md = read_file((fs::path(out) / "summary.md").string());

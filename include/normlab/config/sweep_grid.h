@@ -12,6 +12,13 @@
 
 namespace normlab {
 
+/// Early stopping of a sweep's points (sweep/asha.h). Off unless `asha`.
+struct EarlyStopSpec {
+  bool asha = false;
+  int64_t min_steps = 0;  // the first rung; 0 = the base config's eval.every
+  int64_t reduction = 3;  // eta: each rung keeps the best 1/eta of the points that reach it
+};
+
 /// A sweep as the user states it (CLI flags or a configs/sweeps/ file). Empty axes take the
 /// base config's value.
 struct SweepSpec {
@@ -22,6 +29,7 @@ struct SweepSpec {
   std::vector<uint64_t> seeds;
   int jobs = 0;          // concurrent runs; 0 = 1 on CPU, one per GPU slot on GPUs
   int gpus_per_run = 0;  // 0 = CPU runs (or 1 when CUDA devices exist); K = K devices per run
+  EarlyStopSpec early_stop;
 };
 
 /// Learning rates from "4e-4,1e-3,2e-3" or the log-spaced range "1e-4:1e-2:5" (5 values from

@@ -23,13 +23,14 @@ namespace normlab {
 std::vector<std::string> gpu_slots(const std::vector<std::string>& devices, int per_run);
 
 /// How a point stands on disk, from its run folder.
-enum class PointState { Pending, Completed, Diverged, Interrupted, Crashed };
+enum class PointState { Pending, Completed, Diverged, Interrupted, Crashed, Stopped };
 
 // clang-format off
 template <> struct EnumNames<PointState> {
   static constexpr NameRow<PointState> rows[] = {
     {PointState::Pending, "pending"}, {PointState::Completed, "completed"}, {PointState::Diverged, "diverged"},
-    {PointState::Interrupted, "interrupted"}, {PointState::Crashed, "crashed"}};
+    {PointState::Interrupted, "interrupted"}, {PointState::Crashed, "crashed"},
+    {PointState::Stopped, "stopped"}};
 };
 // clang-format on
 
@@ -44,7 +45,8 @@ std::vector<std::string> point_command(const SweepPoint& point, const std::strin
 
 /// Completed or diverged (summary.json says so), interrupted (summary.json says so, or a
 /// checkpoint without a summary), crashed (the sweep recorded a failed child in
-/// sweep_status.json and no later summary exists), else pending.
+/// sweep_status.json and no later summary exists), stopped (early stopping paused it at a rung
+/// for good: sweep_status.json), else pending.
 PointState point_state(const std::string& run_dir);
 
 struct SweepOptions {
@@ -58,13 +60,17 @@ struct SweepOptions {
   const std::atomic<int>* stop =
       nullptr;  // 1: stop children (SIGTERM) and launch no more; 2: kill them
   std::function<void(const std::string&)> say;  // progress lines (may be empty)
+  bool resume_stopped = false;  // run the points that early stopping stopped to the end
 };
 
 struct SweepOutcome {
-  int completed = 0, diverged = 0, crashed = 0, interrupted = 0, skipped = 0;
+  int completed = 0, diverged = 0, crashed = 0, interrupted = 0, skipped = 0, stopped = 0;
+  int64_t steps_saved = 0;  // by early stopping, against the whole grid run to the end
 };
 
-/// Runs every point not yet finished, `jobs` at a time, then writes the reports. Throws when
+/// Runs every point not yet finished, `jobs` at a time, then writes the reports. With
+/// spec.early_stop.asha each point runs rung by rung (`--stop-after`, pausing with a checkpoint)
+/// and only the points ASHA promotes go on (asha.h); the others end as stopped. Throws when
 /// SWEEP_DIR holds a different sweep or another sweep is running in it.
 SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options);
 
