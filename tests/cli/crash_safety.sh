@@ -34,6 +34,8 @@ run=$work/killed
 # Two checkpoints, with the train.steps of the rounds below (config.yaml holds it).
 rc=0; "$normlab" train "${args[@]}" --out "$run" --set train.steps=1000 --stop-after 2 > "$work/first.out" 2>&1 || rc=$?
 [ "$rc" = 4 ] || { cat "$work/first.out"; fail "train --stop-after 2: exit $rc"; }
+"$normlab" checkpoint verify --checkpoint "$run" > "$work/verify0.out" 2>&1 \
+  || { cat "$work/verify0.out"; fail "the checkpoints of an uninterrupted run do not verify"; }
 ref=$run/checkpoints/step-00000002  # the files of every checkpoint of this run (state.json: +-a few bytes)
 M=$(size "$ref/model.safetensors") O=$(size "$ref/optimizer.safetensors")
 C=$(size "$ref/config.yaml") J=$(size "$ref/state.json")
