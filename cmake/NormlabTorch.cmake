@@ -29,6 +29,12 @@ if(NOT Torch_DIR)
   set(Torch_DIR "${_torch_pkg}/share/cmake/Torch" CACHE PATH "LibTorch CMake package" FORCE)
 endif()
 get_filename_component(NORMLAB_TORCH_PREFIX "${Torch_DIR}/../../.." ABSOLUTE)
+# torch's config finds Caffe2 on the default search path before its own folder, where a distro
+# libtorch (Debian's libtorch-dev) would win: pin it beside Torch_DIR.
+if(NOT Caffe2_DIR)
+  get_filename_component(_caffe2_dir "${Torch_DIR}/../Caffe2" ABSOLUTE)
+  set(Caffe2_DIR "${_caffe2_dir}" CACHE PATH "LibTorch's Caffe2 CMake package (beside Torch_DIR)")
+endif()
 
 # The torch wheel is a CUDA build: its config calls enable_language(CUDA) and
 # find_package(CUDAToolkit REQUIRED) even for CPU-only use. Fail early and clearly.

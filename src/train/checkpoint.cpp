@@ -216,7 +216,8 @@ SafetensorsContent load_checked(const std::string& dir, const std::string& name,
 
 }  // namespace
 
-std::string checkpoint_save(const std::string& run_dir, const Checkpoint& c, int64_t keep) {
+std::string checkpoint_save(const std::string& run_dir, const Checkpoint& c, int64_t keep,
+                            WriteFault* fault) {
   const fs::path dir = fs::path(run_dir) / "checkpoints";
   fs::create_directories(dir);
   const std::string name = step_name(c.state.step);
@@ -227,14 +228,14 @@ std::string checkpoint_save(const std::string& run_dir, const Checkpoint& c, int
     const fs::path tmp = folder.path();
     Digests files;
     files["model.safetensors"] =
-        safetensors_save((tmp / "model.safetensors").string(), c.model, {{"format", "pt"}});
+        safetensors_save((tmp / "model.safetensors").string(), c.model, {{"format", "pt"}}, fault);
     files["optimizer.safetensors"] =
-        safetensors_save((tmp / "optimizer.safetensors").string(), c.optimizer);
+        safetensors_save((tmp / "optimizer.safetensors").string(), c.optimizer, {}, fault);
     files["config.yaml"] = write_file_atomic((tmp / "config.yaml").string(),
-                                             [&](FileWriter& w) { w.write(c.config_yaml); });
+                                             [&](FileWriter& w) { w.write(c.config_yaml); }, fault);
     const std::string text = state_json(c.state, 1, files);
-    write_file_atomic((tmp / "state.json").string(),
-                      [&](FileWriter& w) { w.write(text); });  // last
+    write_file_atomic((tmp / "state.json").string(), [&](FileWriter& w) { w.write(text); },
+                      fault);  // last
     folder.commit();
   }
   prune(run_dir, keep);
@@ -242,7 +243,7 @@ std::string checkpoint_save(const std::string& run_dir, const Checkpoint& c, int
 }
 
 std::string checkpoint_save_sharded(const std::string& run_dir, const Checkpoint& c, int64_t keep,
-                                    const std::function<void()>& barrier) {
+                                    const std::function<void()>& barrier, WriteFault* fault) {
   const fs::path dir = fs::path(run_dir) / "checkpoints";
   const std::string name = step_name(c.state.step);
   const fs::path final_dir = dir / name;
@@ -267,13 +268,14 @@ std::string checkpoint_save_sharded(const std::string& run_dir, const Checkpoint
   nlohmann::json mine = nlohmann::json::object();
   for (const std::string what : {"model", "optimizer"}) {
     const std::string file = rank_file(what, c.rank, c.world);
-    const FileDigest d = what == "model" ? safetensors_save((tmp / file).string(), c.model, meta)
-                                         : safetensors_save((tmp / file).string(), c.optimizer);
+    const FileDigest d = what == "model"
+                             ? safetensors_save((tmp / file).string(), c.model, meta, fault)
+                             : safetensors_save((tmp / file).string(), c.optimizer, {}, fault);
     mine[file] = {{"bytes", d.bytes}, {"crc32", d.crc32}};
   }
   const std::string mine_text = mine.dump();
   write_file_atomic((tmp / digests_file(c.rank, c.world)).string(),
-                    [&](FileWriter& w) { w.write(mine_text); });
+                    [&](FileWriter& w) { w.write(mine_text); }, fault);
   barrier();
   if (c.rank == 0) {
     Digests files;
@@ -285,9 +287,9 @@ std::string checkpoint_save_sharded(const std::string& run_dir, const Checkpoint
       fs::remove(part);
     }
     files["config.yaml"] = write_file_atomic((tmp / "config.yaml").string(),
-                                             [&](FileWriter& w) { w.write(c.config_yaml); });
-    write_file_atomic((tmp / "state.json").string(),
-                      [&](FileWriter& w) { w.write(state_json(c.state, c.world, files)); });
+                                             [&](FileWriter& w) { w.write(c.config_yaml); }, fault);
+    const std::string text = state_json(c.state, c.world, files);
+    write_file_atomic((tmp / "state.json").string(), [&](FileWriter& w) { w.write(text); }, fault);
     folder.commit();
     prune(run_dir, keep);
   }

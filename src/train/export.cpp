@@ -52,7 +52,7 @@ void check_weights(const ModelConfig& cfg, const TensorDict& weights, const std:
 
 }  // namespace
 
-std::string export_model(const std::string& source, const std::string& out_dir) {
+std::string export_model(const std::string& source, const std::string& out_dir, WriteFault* fault) {
   const std::string ckpt_dir = checkpoint_of(source);
   const Checkpoint ck = checkpoint_consolidate(ckpt_dir);  // a whole checkpoint loads as it is
   const std::string config_path = (fs::path(ckpt_dir) / "config.yaml").string();
@@ -78,9 +78,9 @@ std::string export_model(const std::string& source, const std::string& out_dir) 
   remove_stale_siblings(out_dir);
   AtomicFolder folder(out_dir);  // an existing export there is replaced
   const fs::path tmp = folder.path();
-  safetensors_save((tmp / "model.safetensors").string(), ck.model, {{"format", "pt"}});
+  safetensors_save((tmp / "model.safetensors").string(), ck.model, {{"format", "pt"}}, fault);
   const std::string text = config.dump(2) + "\n";
-  write_file_atomic((tmp / "config.json").string(), [&](FileWriter& w) { w.write(text); });
+  write_file_atomic((tmp / "config.json").string(), [&](FileWriter& w) { w.write(text); }, fault);
   if (!cfg.data.tokenizer.empty() && fs::exists(cfg.data.tokenizer))
     fs::copy_file(cfg.data.tokenizer, tmp / "tokenizer.model");
   folder.commit();

@@ -581,7 +581,7 @@ std::string Trainer::Impl::save() {
   ck.config_yaml = config_yaml;
   if (!sharded) {
     ck.model = weights_of(*model);
-    return checkpoint_save(o.run_dir, ck, cfg.checkpoint.keep);
+    return checkpoint_save(o.run_dir, ck, cfg.checkpoint.keep, o.checkpoint_fault);
   }
   if (world == 1) {  // FSDP in one process (force_fsdp): its pieces are whole parameters
     for (const ShardPiece& p : fsdp->pieces()) {
@@ -591,7 +591,7 @@ std::string Trainer::Impl::save() {
         t = t.reshape(p.shape);
       }
     }
-    return checkpoint_save(o.run_dir, ck, cfg.checkpoint.keep);
+    return checkpoint_save(o.run_dir, ck, cfg.checkpoint.keep, o.checkpoint_fault);
   }
   ck.model = fsdp->local_weights();
   ck.world = world;
@@ -600,7 +600,8 @@ std::string Trainer::Impl::save() {
     ck.starts[p.name] = p.start;
     ck.shapes[p.name] = p.shape;
   }
-  return checkpoint_save_sharded(o.run_dir, ck, cfg.checkpoint.keep, [&] { comm.barrier(); });
+  return checkpoint_save_sharded(
+      o.run_dir, ck, cfg.checkpoint.keep, [&] { comm.barrier(); }, o.checkpoint_fault);
 }
 
 RunSummary Trainer::Impl::finish(RunStatus status) {
@@ -738,6 +739,7 @@ RunSummary Trainer::Impl::run() {
       diagnose(m.step, line);
     write_metrics(line);
     log_fsdp_memory();
+    if (o.after_step) o.after_step(m.step);
     // Any rank's signal stops every rank after this same step.
     bool stop_flag = o.stop && o.stop->load();
     if (sharded) stop_flag = comm.max(stop_flag ? 1.0 : 0.0) > 0.0;

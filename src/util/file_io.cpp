@@ -84,10 +84,29 @@ FileDigest file_digest(const std::string& path) {
   return {f.size(), crc32_of(f.data(), f.size())};
 }
 
+namespace {
+
+[[noreturn]] void kill_self() {
+  ::kill(::getpid(), SIGKILL);
+  for (;;) ::pause();  // SIGKILL is delivered before kill() returns to this thread
+}
+
+}  // namespace
+
+size_t WriteFault::allow(size_t n) {
+  const uint64_t done = written_.load();
+  if (done >= limit_) kill_self();
+  return static_cast<size_t>(std::min<uint64_t>(n, limit_ - done));
+}
+
+void WriteFault::wrote(size_t n) {
+  if (written_.fetch_add(n) + n >= limit_) kill_self();
+}
+
 void FileWriter::write(const void* data, size_t n) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
-    const ssize_t w = ::write(fd_, p, n);
+    const ssize_t w = ::write(fd_, p, fault_ ? fault_->allow(n) : n);
     if (w < 0) {
       if (errno == EINTR) continue;
       fail(path_, "write failed after " + std::to_string(digest_.bytes) + " bytes", errno);
@@ -96,6 +115,7 @@ void FileWriter::write(const void* data, size_t n) {
     p += w;
     n -= static_cast<size_t>(w);
     digest_.bytes += static_cast<uint64_t>(w);
+    if (fault_) fault_->wrote(static_cast<size_t>(w));
   }
 }
 
@@ -108,8 +128,8 @@ void fsync_directory(const std::string& dir) {
   if (rc != 0) fail(dir, "fsync failed", err);
 }
 
-FileDigest write_file_atomic(const std::string& path,
-                             const std::function<void(FileWriter&)>& fill) {
+FileDigest write_file_atomic(const std::string& path, const std::function<void(FileWriter&)>& fill,
+                             WriteFault* fault) {
   namespace fs = std::filesystem;
   const fs::path target(path);
   const std::string tmp = (target.parent_path() / ("." + target.filename().string() + ".tmp." +
@@ -120,7 +140,7 @@ FileDigest write_file_atomic(const std::string& path,
   bool open = true;
   FileDigest digest;
   try {
-    FileWriter writer(fd, path);
+    FileWriter writer(fd, path, fault);
     fill(writer);
     digest = writer.digest();
     if (::fsync(fd) != 0) fail(path, "fsync failed", errno);

@@ -59,7 +59,7 @@ SafetensorsContent safetensors_load(const std::string& path) {
 }
 
 FileDigest safetensors_save(const std::string& path, const TensorDict& tensors,
-                            const StringDict& metadata) {
+                            const StringDict& metadata, WriteFault* fault) {
   // Reference order: descending alignment (element size), then name.
   std::vector<std::pair<std::string, torch::Tensor>> order;
   for (const auto& [name, t] : tensors) {
@@ -84,7 +84,7 @@ FileDigest safetensors_save(const std::string& path, const TensorDict& tensors,
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
 
-  return write_file_atomic(path, [&](FileWriter& w) {
+  const auto fill = [&](FileWriter& w) {
     unsigned char len[8];
     uint64_t n = text.size();
     for (int i = 0; i < 8; ++i, n >>= 8) len[i] = static_cast<unsigned char>(n & 0xff);
@@ -92,7 +92,8 @@ FileDigest safetensors_save(const std::string& path, const TensorDict& tensors,
     w.write(text);
     for (const auto& [name, t] : order)
       if (t.numel() > 0) w.write(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());
-  });
+  };
+  return write_file_atomic(path, fill, fault);
 }
 
 }  // namespace normlab

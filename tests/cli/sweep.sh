@@ -6,6 +6,8 @@
 #   3. kill -9 of the sweep mid-way takes its children with it; the same command again skips
 #      the finished runs, resumes the interrupted one from its checkpoint and finishes;
 #   4. SIGINT (Ctrl-C) stops the running child with a checkpoint (exit 4); re-running finishes;
+#   (3 and 4 without timing: NORMLAB_FAULT=raise_in_parent_at_step, a test-only hook of the CLI
+#   (docs/reliability.md), makes the child send the sweep its SIGKILL or SIGINT at a known step)
 #   5. malformed sweep specs are rejected before anything runs;
 #   6. runs of 2 GPUs each on 4 visible devices go through the launcher (a stand-in for torchrun
 #      that records what it was given and runs the command on the CPU): disjoint device pairs,
@@ -58,22 +60,23 @@ grep -q "1 finished before, 1 to run" "$work/crash2.out" || { cat "$work/crash2.
 echo "crash: exit 5, recorded, retried"
 
 # ---- 3. kill -9 mid-way -----------------------------------------------------------------------------
-kill9=(sweep "${base[@]}" --scheme pre_norm,post_norm,siamese_hybrid --lr 2e-3 --set train.steps=400
+# The folder holds one finished run; the sweep of three is killed (SIGKILL) by the fault at step 7
+# of the second run, which has its checkpoint of step 5 by then.
+kill9=(sweep "${base[@]}" --scheme pre_norm,post_norm,siamese_hybrid --lr 2e-3 --set train.steps=20
        --set checkpoint.every=5 --jobs 1 --no-plots --out "$work/kill")
-"$normlab" "${kill9[@]}" > "$work/kill1.out" 2>&1 &
-pid=$!
+"$normlab" sweep "${base[@]}" --scheme pre_norm --lr 2e-3 --set train.steps=20 --set checkpoint.every=5 \
+  --jobs 1 --no-plots --out "$work/kill" > "$work/kill0.out" 2>&1 || { cat "$work/kill0.out"; fail "the first run"; }
 first=$work/kill/runs/pre_norm-lr2e-3-s0 second=$work/kill/runs/post_norm-lr2e-3-s0
-for _ in $(seq 1 1200); do  # until the first run finished and the second has a checkpoint (up to 4 min)
-  has_checkpoint "$second" && break
-  sleep 0.2
-done
-has_checkpoint "$second" || { cat "$work/kill1.out"; fail "second run never checkpointed"; }
-kill -9 "$pid"
-wait "$pid" 2>/dev/null || true
-for _ in $(seq 1 50); do pgrep -f "$work/kill/runs" > /dev/null || break; sleep 0.1; done
-! pgrep -f "$work/kill/runs" > /dev/null || fail "children outlived the killed sweep"
 grep -q '"status": "completed"' "$first/summary.json" || fail "first run not completed before the kill"
 before=$(sha256sum "$first/summary.json" "$first/metrics.jsonl")
+rc=0
+NORMLAB_FAULT=raise_in_parent_at_step:SIGKILL:7 "$normlab" "${kill9[@]}" > "$work/kill1.out" 2>&1 || rc=$?
+[ "$rc" -eq 137 ] || { cat "$work/kill1.out"; fail "the sweep exited $rc, expected 137 (SIGKILL)"; }
+grep -q "1 finished before, 2 to run" "$work/kill1.out" || { cat "$work/kill1.out"; fail "killed sweep's plan"; }
+for _ in $(seq 1 50); do pgrep -f "$work/kill/runs" > /dev/null || break; sleep 0.1; done
+! pgrep -f "$work/kill/runs" > /dev/null || fail "children outlived the killed sweep"
+has_checkpoint "$second" || fail "the second run has no checkpoint"
+[ ! -e "$second/summary.json" ] || fail "the second run finished although its sweep was killed"
 "$normlab" "${kill9[@]}" > "$work/kill2.out" 2>&1 || { cat "$work/kill2.out"; fail "the re-run did not finish"; }
 grep -q "1 finished before, 2 to run" "$work/kill2.out" || { cat "$work/kill2.out"; fail "re-run plan"; }
 [ "$before" = "$(sha256sum "$first/summary.json" "$first/metrics.jsonl")" ] || fail "the finished run was redone"
@@ -82,23 +85,20 @@ grep -q "resume post_norm-lr2e-3-s0" "$work/kill2.out" || fail "the re-run did n
 [ "$(grep -c '"status": "completed"' "$work/kill/summary.json")" -eq 3 ] || fail "not all three runs completed"
 "$normlab" "${kill9[@]}" > "$work/kill3.out" 2>&1 || fail "third invocation"
 grep -q "3 finished before, 0 to run" "$work/kill3.out" || { cat "$work/kill3.out"; fail "third invocation reran something"; }
-echo "kill -9: children gone; re-run skipped 1, $(grep -o 'resumed from .*' "$second/train.log" | head -1)"
+echo "kill -9: exit 137, children gone; re-run skipped 1, $(grep -o 'resumed from .*' "$second/train.log" | head -1)"
 
 # ---- 4. Ctrl-C ---------------------------------------------------------------------------------------
+# The child sends the sweep SIGINT after its step 3; the sweep passes a SIGTERM on to it.
 ctrlc=(sweep "${base[@]}" --scheme pre_norm --lr 1e-3 --set train.steps=400 --no-plots --out "$work/ctrlc")
-"$normlab" "${ctrlc[@]}" > "$work/ctrlc1.out" 2>&1 &
-pid=$!
+rc=0
+NORMLAB_FAULT=raise_in_parent_at_step:SIGINT:3 "$normlab" "${ctrlc[@]}" > "$work/ctrlc1.out" 2>&1 || rc=$?
 run=$work/ctrlc/runs/pre_norm-lr1e-3-s0
-for _ in $(seq 1 300); do
-  [ -f "$run/metrics.jsonl" ] && [ "$(wc -l < "$run/metrics.jsonl")" -ge 3 ] && break
-  sleep 0.2
-done
-kill -INT "$pid"
-rc=0; wait "$pid" || rc=$?
 [ "$rc" -eq 4 ] || { cat "$work/ctrlc1.out"; fail "exit code $rc after SIGINT, expected 4"; }
+grep -q "sweep: stopping 1 run(s); each saves a checkpoint" "$work/ctrlc1.out" || { cat "$work/ctrlc1.out"; fail "the sweep did not stop its child"; }
 grep -q '"status": "interrupted"' "$run/summary.json" || fail "the child did not stop cleanly"
 grep -q "| pre_norm | interrupted @ [0-9]* |" "$work/ctrlc/summary.md" || { cat "$work/ctrlc/summary.md"; fail "interrupted cell"; }
 steps=$(ls "$run/checkpoints" | grep -E '^step-[0-9]+$' | tail -1 | sed 's/.*step-0*//')
+[ "$steps" -ge 3 ] && [ "$steps" -lt 400 ] || fail "the child stopped at step $steps"
 rc=0
 "$normlab" sweep "${base[@]}" --scheme pre_norm --lr 1e-3 --set train.steps=7 --out "$work/ctrlc" > "$work/ctrlc2.out" 2>&1 \
   || rc=$?

@@ -1,5 +1,9 @@
 // safetensors: round trips, the reference layout, and malformed files rejected with a clear
 // error before any large allocation.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <fstream>
 
 #include "normlab/util/file_io.h"
@@ -142,4 +146,35 @@ TEST(FileIo, FailedAtomicWriteKeepsThePreviousFileAndLeavesNoTemporary) {
   int files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir.path)) files += e.is_regular_file();
   EXPECT_EQ(files, 1);
+}
+
+// The test-only WriteFault (NORMLAB_FAULT's abort_after_bytes): a forked child writes through
+// one and must die by SIGKILL with exactly `limit` bytes in the temporary file, the target
+// never created, for a limit inside a write, at a write's end and before the first byte.
+TEST(FileIo, WriteFaultKillsTheProcessAtTheByteLeavingOnlyThePartialTemporary) {
+  for (const uint64_t limit : {9u, 6u, 0u}) {
+    test::ScratchDir dir("fault");
+    const std::string path = dir / "f";
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      WriteFault fault(limit);
+      write_file_atomic(
+          path,
+          [](FileWriter& w) {
+            w.write(std::string(6, 'a'));
+            w.write(std::string(6, 'b'));
+          },
+          &fault);
+      ::_exit(0);  // not reached: the fault kills the child first
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "limit " << limit << ": the child exited normally";
+    EXPECT_EQ(WTERMSIG(status), SIGKILL);
+    EXPECT_FALSE(std::filesystem::exists(path)) << "limit " << limit;
+    const std::string tmp = dir / (".f.tmp." + std::to_string(pid));
+    ASSERT_TRUE(std::filesystem::exists(tmp)) << "limit " << limit;
+    EXPECT_EQ(read_file(tmp), (std::string(6, 'a') + std::string(6, 'b')).substr(0, limit));
+  }
 }

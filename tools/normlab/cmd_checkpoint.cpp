@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "command.h"
+#include "fault.h"
 #include "normlab/train/checkpoint.h"
 #include "normlab/util/file_io.h"
 
@@ -96,7 +97,9 @@ Runner setup_checkpoint(CLI::App& sub) {
     fs::create_directories(o->out);
     write_file_atomic((fs::path(o->out) / "config.yaml").string(),
                       [&](FileWriter& w) { w.write(c.config_yaml); });
-    const std::string dir = checkpoint_save(o->out, c, 1);
+    const std::unique_ptr<WriteFault> fault =
+        write_fault(environment_fault(), "checkpoint");  // tests only (fault.h)
+    const std::string dir = checkpoint_save(o->out, c, 1, fault.get());
     std::cout << "consolidated " << c.world << " -> " << dir << " (" << c.model.size()
               << " parameters); continue with "
               << "`normlab train --config " << (fs::path(o->out) / "config.yaml").string()

@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "command.h"
+#include "fault.h"
 #include "normlab/train/export.h"
 
 namespace normlab::cli {
@@ -15,7 +16,9 @@ Runner setup_export(CLI::App& sub) {
   sub.add_option("--out", *out, "export folder: model.safetensors, config.json, tokenizer.model")
       ->required();
   return [ckpt, out] {
-    const std::string from = export_model(*ckpt, *out);
+    const std::unique_ptr<WriteFault> fault =
+        write_fault(environment_fault(), "export");  // tests only (fault.h)
+    const std::string from = export_model(*ckpt, *out, fault.get());
     std::cout << "exported " << from << " to " << *out << "\n";
     return 0;
   };

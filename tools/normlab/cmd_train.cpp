@@ -12,6 +12,7 @@
 #include <map>
 
 #include "command.h"
+#include "fault.h"
 #include "normlab/config/config_io.h"
 #include "normlab/dist/communicator.h"
 #include "normlab/train/trainer.h"
@@ -104,6 +105,10 @@ Runner setup_train(CLI::App& sub) {
     opts.stop = &g_train_stop;
     opts.stop_after = o->stop_after;
     opts.logger = &log;
+    const std::unique_ptr<WriteFault> checkpoint_fault =
+        write_fault(environment_fault(), "checkpoint");  // tests only (fault.h)
+    opts.checkpoint_fault = checkpoint_fault.get();
+    opts.after_step = step_fault(environment_fault());
     std::unique_ptr<Communicator> comm;
     RunSummary s;
     try {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "command.h"
+#include "fault.h"
 #include "normlab/util/error.h"
 #include "normlab/version.h"
 
@@ -70,6 +71,7 @@ int main(int argc, char** argv) {
     if (!sub->parsed()) continue;
     // Errors (util/error.h): the kind of an Error, then what it says; exit code 1 either way.
     try {
+      normlab::cli::environment_fault();  // NORMLAB_FAULT (tests only): a bad value stops here
       return run();
     } catch (const normlab::Error& e) {
       std::cerr << "normlab " << sub->get_name() << ": " << e.kind() << " error: " << e.what()

@@ -64,14 +64,17 @@ struct Checkpoint {
 };
 
 /// Writes RUN_DIR/checkpoints/step-<step> atomically, then deletes all but the newest `keep`.
-/// Returns the folder.
-std::string checkpoint_save(const std::string& run_dir, const Checkpoint& ckpt, int64_t keep);
+/// Returns the folder. `fault` (tests only): every file of the checkpoint is written through
+/// it (util/file_io.h, WriteFault).
+std::string checkpoint_save(const std::string& run_dir, const Checkpoint& ckpt, int64_t keep,
+                            WriteFault* fault = nullptr);
 
 /// Every rank of a sharded run calls this with its own pieces (ckpt.world, ckpt.rank, starts,
 /// shapes); `barrier` synchronises all ranks (it is called three times). Rank 0 writes
 /// state.json and config.yaml, renames the folder and prunes old checkpoints.
 std::string checkpoint_save_sharded(const std::string& run_dir, const Checkpoint& ckpt,
-                                    int64_t keep, const std::function<void()>& barrier);
+                                    int64_t keep, const std::function<void()>& barrier,
+                                    WriteFault* fault = nullptr);
 
 /// The world size a checkpoint folder was written with (1: whole, not sharded).
 int64_t checkpoint_world(const std::string& dir);

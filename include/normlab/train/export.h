@@ -11,9 +11,13 @@
 
 namespace normlab {
 
+class WriteFault;  // util/file_io.h
+
 /// `source` is a checkpoint folder or a run folder (its newest checkpoint). Returns the
 /// checkpoint exported. The output folder is written atomically (temporary name, rename).
-std::string export_model(const std::string& source, const std::string& out_dir);
+/// `fault` (tests only): its files are written through it (util/file_io.h, WriteFault).
+std::string export_model(const std::string& source, const std::string& out_dir,
+                         WriteFault* fault = nullptr);
 
 /// The model config of an export folder's config.json.
 ModelConfig export_config(const std::string& dir);

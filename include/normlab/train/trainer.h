@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -29,6 +30,7 @@
 namespace normlab {
 
 class Communicator;
+class WriteFault;
 
 struct TrainOptions {
   std::string run_dir;
@@ -44,6 +46,12 @@ struct TrainOptions {
   int64_t stop_after = 0;    // > 0: checkpoint and stop (interrupted) after this many
                              // steps of this invocation (time-sliced jobs)
   Logger* logger = nullptr;  // console/file log; none: silent
+  // Test-only hooks (docs/reliability.md, "Fault injection"; the CLI sets them from
+  // NORMLAB_FAULT): every checkpoint file is written through `checkpoint_fault`, and
+  // `after_step` is called with the step just completed, after its metrics line and before the
+  // stop flag is read (a SIGTERM raised there stops the run after this step).
+  WriteFault* checkpoint_fault = nullptr;
+  std::function<void(int64_t step)> after_step;
 };
 
 /// One optimizer step's numbers (Trainer::step).

@@ -4,6 +4,7 @@
 // digests that checkpoints and token shards carry to detect corruption.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -48,6 +49,23 @@ struct FileDigest {
 /// The digest of a whole file (read through a mapping at about 1 GB/s).
 FileDigest file_digest(const std::string& path);
 
+/// A test-only fault (docs/reliability.md, "Fault injection"): the process kills itself with
+/// SIGKILL, as `kill -9` would (no destructor, no cleanup, temporary files left as they are),
+/// once `limit` bytes in total have been written through the FileWriters it is handed to. The
+/// library never makes one; a program (the CLI, from NORMLAB_FAULT) owns it and passes it in.
+class WriteFault {
+ public:
+  explicit WriteFault(uint64_t limit) : limit_(limit) {}
+  /// How many of the next `n` bytes may be written before the limit (kills at the limit).
+  size_t allow(size_t n);
+  /// Counts `n` bytes written; kills the process when the limit is reached.
+  void wrote(size_t n);
+
+ private:
+  const uint64_t limit_;
+  std::atomic<uint64_t> written_{0};
+};
+
 /// Sequential writer handed to write_file_atomic's callback; every failed write throws.
 class FileWriter {
  public:
@@ -58,18 +76,22 @@ class FileWriter {
   const FileDigest& digest() const { return digest_; }
 
  private:
-  friend FileDigest write_file_atomic(const std::string&, const std::function<void(FileWriter&)>&);
-  FileWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  friend FileDigest write_file_atomic(const std::string&, const std::function<void(FileWriter&)>&,
+                                      WriteFault*);
+  FileWriter(int fd, std::string path, WriteFault* fault)
+      : fd_(fd), path_(std::move(path)), fault_(fault) {}
   int fd_;
   std::string path_;
+  WriteFault* fault_;
   FileDigest digest_;
 };
 
 /// Writes `path` through `fill` into a temporary file next to it, then fsyncs and renames it
 /// into place; returns the digest of what was written. On any failure (including an exception
 /// from `fill`, or a full disk) the temporary file is removed, `path` is untouched, and the
-/// error is rethrown as FileError naming `path`.
-FileDigest write_file_atomic(const std::string& path, const std::function<void(FileWriter&)>& fill);
+/// error is rethrown as FileError naming `path`. `fault` (tests only): see WriteFault.
+FileDigest write_file_atomic(const std::string& path, const std::function<void(FileWriter&)>& fill,
+                             WriteFault* fault = nullptr);
 
 /// The whole file as a string.
 std::string read_file(const std::string& path);

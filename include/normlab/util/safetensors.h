@@ -22,9 +22,9 @@ struct SafetensorsContent {
 };
 
 /// Writes CPU or device tensors (copied to CPU, made contiguous) to `path`; returns the
-/// written file's digest.
+/// written file's digest. `fault` (tests only): file_io.h's WriteFault.
 FileDigest safetensors_save(const std::string& path, const TensorDict& tensors,
-                            const StringDict& metadata = {});
+                            const StringDict& metadata = {}, WriteFault* fault = nullptr);
 
 /// Reads a file; throws SafetensorsError naming the file and the defect.
 SafetensorsContent safetensors_load(const std::string& path);

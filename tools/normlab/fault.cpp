@@ -1,0 +1,89 @@
+#include "fault.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <sstream>
+#include <vector>
+
+#include "normlab/util/error.h"
+
+namespace normlab::cli {
+namespace {
+
+constexpr const char* kForms =
+    "abort_after_bytes:checkpoint:N, abort_after_bytes:export:N, raise_at_step:SIGNAL:N or "
+    "raise_in_parent_at_step:SIGNAL:N, with SIGNAL one of SIGINT, SIGTERM, SIGKILL";
+
+[[noreturn]] void bad(const std::string& value, const std::string& why) {
+  throw ConfigError("NORMLAB_FAULT='" + value + "': " + why + " (test-only fault injection; " +
+                    "expected " + kForms + ")");
+}
+
+// A decimal integer of at least `min`, all of `text`.
+uint64_t number(const std::string& value, const std::string& text, uint64_t min) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || text.size() > 18)
+    bad(value, "'" + text + "' is not a count");
+  const uint64_t v = std::stoull(text);
+  if (v < min) bad(value, "'" + text + "' must be at least " + std::to_string(min));
+  return v;
+}
+
+}  // namespace
+
+Fault parse_fault(const std::string& value) {
+  Fault f;
+  if (value.empty()) return f;
+  std::vector<std::string> parts;
+  std::stringstream ss(value);
+  for (std::string p; std::getline(ss, p, ':');) parts.push_back(p);
+  if (parts.size() != 3 || value.back() == ':') bad(value, "not three fields separated by ':'");
+  if (parts[0] == "abort_after_bytes") {
+    if (parts[1] != "checkpoint" && parts[1] != "export")
+      bad(value, "unknown writer '" + parts[1] + "' (checkpoint or export)");
+    f.kind = Fault::Kind::AbortAfterBytes;
+    f.writer = parts[1];
+    f.bytes = number(value, parts[2], 0);
+    return f;
+  }
+  if (parts[0] == "raise_at_step" || parts[0] == "raise_in_parent_at_step") {
+    const std::pair<const char*, int> signals[] = {
+        {"SIGINT", SIGINT}, {"SIGTERM", SIGTERM}, {"SIGKILL", SIGKILL}};
+    for (const auto& [name, sig] : signals)
+      if (parts[1] == name) f.signal = sig;
+    if (f.signal == 0) bad(value, "unknown signal '" + parts[1] + "' (SIGINT, SIGTERM, SIGKILL)");
+    f.kind = Fault::Kind::RaiseAtStep;
+    f.parent = parts[0] == "raise_in_parent_at_step";
+    f.step = static_cast<int64_t>(number(value, parts[2], 1));
+    return f;
+  }
+  bad(value, "unknown fault '" + parts[0] + "'");
+}
+
+const Fault& environment_fault() {
+  static const Fault fault = [] {
+    const char* v = std::getenv("NORMLAB_FAULT");
+    return parse_fault(v ? v : "");
+  }();
+  return fault;
+}
+
+std::unique_ptr<WriteFault> write_fault(const Fault& fault, const std::string& writer) {
+  if (fault.kind != Fault::Kind::AbortAfterBytes || fault.writer != writer) return nullptr;
+  return std::make_unique<WriteFault>(fault.bytes);
+}
+
+std::function<void(int64_t)> step_fault(const Fault& fault) {
+  if (fault.kind != Fault::Kind::RaiseAtStep) return {};
+  return [fault](int64_t step) {
+    if (step != fault.step) return;
+    if (fault.parent)
+      ::kill(::getppid(), fault.signal);
+    else
+      ::raise(fault.signal);  // delivered to this thread before raise returns
+  };
+}
+
+}  // namespace normlab::cli

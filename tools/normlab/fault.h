@@ -1,0 +1,50 @@
+// NORMLAB_FAULT: the test-only fault injection point (docs/reliability.md, "Fault injection").
+// Only the CLI reads the variable, once per process; the library gets what it describes as
+// explicit options (a WriteFault for the checkpoint or export writer, TrainOptions::after_step),
+// so tests can crash a process at an exact byte or step instead of racing a `kill -9`:
+//
+//   abort_after_bytes:checkpoint:N      SIGKILL itself once N bytes of checkpoint files have
+//                                       been written (counted over every checkpoint this
+//                                       process writes: normlab train, checkpoint consolidate)
+//   abort_after_bytes:export:N          the same for the files of `normlab export`
+//   raise_at_step:SIGNAL:N              normlab train raises SIGNAL (SIGINT, SIGTERM, SIGKILL)
+//                                       in itself after step N's metrics line
+//   raise_in_parent_at_step:SIGNAL:N    ... in its parent process instead (the sweep that
+//                                       launched it: Ctrl-C or kill -9 of the sweep at step N)
+//
+// Unset or empty: no fault. Anything else stops every command with a ConfigError naming the
+// variable and the value.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "normlab/util/file_io.h"
+
+namespace normlab::cli {
+
+struct Fault {
+  enum class Kind { None, AbortAfterBytes, RaiseAtStep };
+  Kind kind = Kind::None;
+  std::string writer;   // AbortAfterBytes: "checkpoint" or "export"
+  uint64_t bytes = 0;   // AbortAfterBytes
+  int signal = 0;       // RaiseAtStep
+  bool parent = false;  // RaiseAtStep: in the parent process
+  int64_t step = 0;     // RaiseAtStep
+};
+
+/// Parses a value of NORMLAB_FAULT; throws ConfigError naming the variable and the value.
+Fault parse_fault(const std::string& value);
+
+/// NORMLAB_FAULT of this process, parsed on the first call (main calls it before any command).
+const Fault& environment_fault();
+
+/// A WriteFault for `writer` ("checkpoint" or "export") when the fault targets it, else null.
+std::unique_ptr<WriteFault> write_fault(const Fault& fault, const std::string& writer);
+
+/// TrainOptions::after_step for a RaiseAtStep fault; empty otherwise.
+std::function<void(int64_t)> step_fault(const Fault& fault);
+
+}  // namespace normlab::cli
