@@ -58,4 +58,5 @@ set(NORMLAB_SOURCES
   util/file_io.cpp
   util/safetensors.cpp
   util/safetensors_format.cpp
+  util/tensorboard.cpp
 )
