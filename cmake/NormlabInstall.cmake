@@ -14,6 +14,7 @@ install(FILES ${PROJECT_BINARY_DIR}/include/normlab/version.h
 if(NORMLAB_BUILD_TOOLS)
   install(TARGETS normlab-cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   install(PROGRAMS ${PROJECT_SOURCE_DIR}/tools/plot_sweep.py ${PROJECT_SOURCE_DIR}/tools/plot_diagnostics.py
+          ${PROJECT_SOURCE_DIR}/tools/olmo_checkpoint.py
           DESTINATION ${CMAKE_INSTALL_DATADIR}/normlab)
 endif()
 install(EXPORT normlab-targets NAMESPACE normlab:: DESTINATION ${NORMLAB_INSTALL_CMAKEDIR})

@@ -49,6 +49,7 @@ set(NORMLAB_SOURCES
   sweep/sweep_report.cpp
   train/checkpoint.cpp
   train/export.cpp
+  train/olmo_checkpoint.cpp
   train/optimizer.cpp
   train/run_summary.cpp
   train/schedule.cpp
@@ -59,4 +60,5 @@ set(NORMLAB_SOURCES
   util/file_io.cpp
   util/safetensors.cpp
   util/safetensors_format.cpp
+  util/tensorboard.cpp
 )

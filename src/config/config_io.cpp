@@ -147,6 +147,9 @@ template <class V>
 void visit(V& v, LoggingConfig& l) {
   v("every", l.every, "console progress line every N steps (metrics.jsonl gets every step)");
   v("level", l.level, "debug, info, warn or error");
+  v("tensorboard", l.tensorboard,
+    "also write the metrics (and diagnostics' stream norms) as TensorBoard event files under "
+    "RUN_DIR/tensorboard/");
 }
 
 template <class V>

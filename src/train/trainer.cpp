@@ -42,6 +42,7 @@
 #include "normlab/util/device.h"
 #include "normlab/util/file_io.h"
 #include "normlab/util/safetensors.h"
+#include "normlab/util/tensorboard.h"
 
 namespace normlab {
 namespace fs = std::filesystem;
@@ -120,6 +121,55 @@ void keep_lines_up_to(const std::string& path, int64_t step) {
   write_file_atomic(path, [&](FileWriter& w) { w.write(kept); });
 }
 
+// A metrics line as TensorBoard scalars: train/<key> for the step's numbers, eval/<key> for the
+// validation numbers, tasks/<name>_acc[_norm] for the multiple-choice tasks; flags (spike,
+// skipped, diverged) and nulls are left out.
+std::vector<Scalar> metrics_scalars(const nlohmann::json& line) {
+  std::vector<Scalar> out;
+  for (const auto& [key, value] : line.items()) {
+    if (key == "step" || !value.is_number()) continue;
+    const std::string tag = key.rfind("val_", 0) == 0    ? "eval/" + key
+                            : key.rfind("task_", 0) == 0 ? "tasks/" + key.substr(5)
+                                                         : "train/" + key;
+    out.emplace_back(tag, value.get<double>());
+  }
+  return out;
+}
+
+// The diagnostics as TensorBoard scalars, one tag per layer: diagnostics/<what>_<stream>/entry
+// and .../block_NN for the stream norms, stream gradients and logit lens;
+// diagnostics/<attn|mlp>_grad/block_NN; diagnostics/gain_ratio_<branch>/block_NN and
+// diagnostics/gain_ratio_final.
+std::vector<Scalar> diagnostics_scalars(const DiagnosticsReport& d) {
+  std::vector<Scalar> out;
+  const auto layer_name = [](int64_t layer) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "block_%02lld", static_cast<long long>(layer));
+    return layer < 0 ? std::string("entry") : std::string(buf);
+  };
+  const auto per_stream = [&](const char* what, const std::vector<PerStream>& v) {
+    for (const PerStream& s : v)
+      for (size_t i = 0; i < s.values.size(); ++i)
+        out.emplace_back(std::string("diagnostics/") + what + "_" + s.stream + "/" +
+                             layer_name(static_cast<int64_t>(i) - 1),
+                         s.values[i]);
+  };
+  per_stream("rms", d.rms);
+  per_stream("l2", d.l2);
+  per_stream("stream_grad", d.stream_grad);
+  per_stream("lens", d.lens);
+  for (size_t l = 0; l < d.attn_grad.size(); ++l)
+    out.emplace_back("diagnostics/attn_grad/" + layer_name(static_cast<int64_t>(l)),
+                     d.attn_grad[l]);
+  for (size_t l = 0; l < d.mlp_grad.size(); ++l)
+    out.emplace_back("diagnostics/mlp_grad/" + layer_name(static_cast<int64_t>(l)), d.mlp_grad[l]);
+  for (const GainRatio& g : d.gains)
+    out.emplace_back(g.layer < 0 ? "diagnostics/gain_ratio_final"
+                                 : "diagnostics/gain_ratio_" + g.branch + "/" + layer_name(g.layer),
+                     g.ratio);
+  return out;
+}
+
 const char* short_name(torch::ScalarType t) {
   return t == torch::kBFloat16 ? "bf16" : t == torch::kDouble ? "fp64" : "fp32";
 }
@@ -152,6 +202,7 @@ struct Trainer::Impl {
   void log_progress(const StepMetrics& m);
   void log_fsdp_memory();
   void write_metrics(const nlohmann::json& line);
+  void write_events(int64_t step, const std::vector<Scalar>& scalars);
   void info(const std::string& m) const {
     if (log) log->info(m);
   }
@@ -194,6 +245,8 @@ struct Trainer::Impl {
   std::ofstream metrics;
   bool metrics_failed = false;  // a failed write (full disk) is reported once
   std::ofstream diagnostics;
+  std::unique_ptr<EventWriter> events;  // logging.tensorboard: RUN_DIR/tensorboard/
+  bool events_failed = false;
   double flops_token = 0.0, tokens_per_step = 0.0, matmul_flops = 0.0;
   std::string attn_backend;
   RunSummary sum;
@@ -425,6 +478,15 @@ void Trainer::Impl::open_logs() {
   if (lead) {
     keep_lines_up_to(metrics_path, st.step);
     metrics.open(metrics_path, std::ios::app);
+    // The events of steps after the resume point go, as the metrics lines do, also when a
+    // resumed run turns TensorBoard off.
+    const std::string tb = (fs::path(o.run_dir) / "tensorboard").string();
+    if (cfg.logging.tensorboard) {
+      events = std::make_unique<EventWriter>(tb, st.step);
+      info("tensorboard: " + events->path());
+    } else if (fs::exists(tb)) {
+      events_keep_up_to(tb, st.step);
+    }
   }
   if (cfg.diagnostics.every > 0) {
     const std::string path = (fs::path(o.run_dir) / "diagnostics.jsonl").string();
@@ -562,6 +624,7 @@ void Trainer::Impl::diagnose(int64_t completed, nlohmann::json& line) {
   if (recompute_every > 0) model->hooks = recomputed_blocks.get();
   d.step = completed;
   diagnostics << diagnostics_json(d) << "\n" << std::flush;
+  write_events(completed, diagnostics_scalars(d));
   const double secs = seconds_since(t0);
   line["diagnostics_seconds"] = secs;
   st.wall_seconds += secs;
@@ -630,11 +693,19 @@ RunSummary Trainer::Impl::finish(RunStatus status) {
 void Trainer::Impl::write_metrics(const nlohmann::json& line) {
   if (!lead) return;
   metrics << line.dump() << "\n" << std::flush;
+  write_events(line.value("step", int64_t{0}), metrics_scalars(line));
   if (!metrics && !metrics_failed) {  // the run goes on; the next checkpoint save decides
     metrics_failed = true;
     if (log)
       log->error(metrics_path + ": write failed (disk full?): later steps are missing from it");
   }
+}
+
+void Trainer::Impl::write_events(int64_t step, const std::vector<Scalar>& scalars) {
+  if (!events || events->scalars(step, scalars) || events_failed) return;
+  events_failed = true;  // as for metrics.jsonl: the run goes on
+  if (log)
+    log->error(events->path() + ": write failed (disk full?): later steps may be missing from it");
 }
 
 void Trainer::Impl::log_progress(const StepMetrics& m) {

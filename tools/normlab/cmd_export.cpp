@@ -1,25 +1,49 @@
-// normlab export --checkpoint DIR --out FOLDER
+// normlab export --checkpoint DIR --out FOLDER [--format normlab|olmo] [--pt]
+#include <filesystem>
 #include <iostream>
 
 #include "command.h"
 #include "fault.h"
 #include "normlab/train/export.h"
+#include "normlab/train/olmo_checkpoint.h"
+#include "normlab/util/error.h"
+#include "python_tool.h"
 
 namespace normlab::cli {
 
 Runner setup_export(CLI::App& sub) {
-  auto ckpt = std::make_shared<std::string>();
-  auto out = std::make_shared<std::string>();
-  sub.add_option("--checkpoint", *ckpt,
+  struct Options {
+    std::string checkpoint, out, format = "normlab";
+    bool pt = false;
+  };
+  auto o = std::make_shared<Options>();
+  sub.add_option("--checkpoint", o->checkpoint,
                  "checkpoint folder, or a run folder (its newest checkpoint)")
       ->required();
-  sub.add_option("--out", *out, "export folder: model.safetensors, config.json, tokenizer.model")
+  sub.add_option("--out", o->out, "export folder: model.safetensors, config.json, tokenizer.model")
       ->required();
-  return [ckpt, out] {
+  sub.add_option("--format", o->format,
+                 "normlab (model.safetensors, config.json, tokenizer.model) or olmo (the official "
+                 "SiameseNorm code's names: model.safetensors, normlab_config.yaml; siamese_hybrid "
+                 "only)")
+      ->check(CLI::IsMember({"normlab", "olmo"}));
+  sub.add_flag("--pt", o->pt,
+               "with --format olmo: also model.pt (torch.save of the state dict, through "
+               "tools/olmo_checkpoint.py)");
+  return [o] {
+    if (o->pt && o->format != "olmo") throw ConfigError("--pt needs --format olmo");
     const std::unique_ptr<WriteFault> fault =
         write_fault(environment_fault(), "export");  // tests only (fault.h)
-    const std::string from = export_model(*ckpt, *out, fault.get());
-    std::cout << "exported " << from << " to " << *out << "\n";
+    const std::string from = o->format == "olmo" ? olmo_export(o->checkpoint, o->out)
+                                                 : export_model(o->checkpoint, o->out, fault.get());
+    if (o->pt) {
+      const std::string st = (std::filesystem::path(o->out) / "model.safetensors").string();
+      const std::string pt = (std::filesystem::path(o->out) / "model.pt").string();
+      if (!run_python_tool("olmo_checkpoint.py", {"to-pt", st, pt}, "model.pt",
+                           "torch and safetensors in the project's Python (tools/setup.sh)"))
+        throw CheckpointError(pt + ": not written (tools/olmo_checkpoint.py failed)");
+    }
+    std::cout << "exported " << from << " to " << o->out << " (" << o->format << ")\n";
     return 0;
   };
 }

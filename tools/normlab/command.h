@@ -24,6 +24,7 @@ Runner setup_data(CLI::App& sub);
 Runner setup_eval(CLI::App& sub);
 Runner setup_export(CLI::App& sub);
 Runner setup_generate(CLI::App& sub);
+Runner setup_import(CLI::App& sub);
 Runner setup_info(CLI::App& sub);
 Runner setup_sweep(CLI::App& sub);
 Runner setup_tokenizer(CLI::App& sub);

@@ -23,7 +23,7 @@ std::string project_python() {
 }
 
 bool run_python_tool(const std::string& script, const std::vector<std::string>& args,
-                     const std::string& what) {
+                     const std::string& what, const std::string& needs) {
   const std::string python = project_python();
   std::filesystem::path path = std::filesystem::path(NORMLAB_TOOLS_DIR) / script;
   if (!std::filesystem::exists(path))
@@ -37,9 +37,8 @@ bool run_python_tool(const std::string& script, const std::vector<std::string>& 
   std::string cmd = shell_quoted(python) + " " + shell_quoted(path.string());
   for (const auto& a : args) cmd += " " + shell_quoted(a);
   if (std::system(cmd.c_str()) != 0) {
-    std::cout << what << " skipped (" << python << " " << path.string()
-              << " failed; it needs matplotlib: "
-              << "pip install matplotlib)\n";
+    std::cout << what << " skipped (" << python << " " << path.string() << " failed; it needs "
+              << needs << ")\n";
     return false;
   }
   return true;

@@ -11,8 +11,10 @@ namespace normlab::cli {
 std::string project_python();
 
 /// Runs `script` (a file name under tools/) with `args`; returns true when it succeeded.
-/// On failure prints what was skipped and why (`what`, e.g. "plots"), never throws.
+/// On failure prints what was skipped and why (`what`, e.g. "plots"; `needs`, what the script
+/// needs and how to get it), never throws.
 bool run_python_tool(const std::string& script, const std::vector<std::string>& args,
-                     const std::string& what);
+                     const std::string& what,
+                     const std::string& needs = "matplotlib: pip install matplotlib");
 
 }  // namespace normlab::cli

@@ -83,6 +83,7 @@ struct CheckpointConfig {
 struct LoggingConfig {
   int64_t every = 10;
   std::string level = "info";
+  bool tensorboard = false;
 };
 
 struct DistributedConfig {
