@@ -48,6 +48,7 @@ set(NORMLAB_SOURCES
   sweep/sweep_report.cpp
   train/checkpoint.cpp
   train/export.cpp
+  train/export_hf.cpp
   train/optimizer.cpp
   train/run_summary.cpp
   train/schedule.cpp

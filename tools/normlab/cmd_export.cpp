@@ -1,21 +1,30 @@
-// normlab export --checkpoint DIR --out FOLDER
+// normlab export --checkpoint DIR --out FOLDER [--format normlab|hf]
 #include <iostream>
 
 #include "command.h"
 #include "normlab/train/export.h"
+#include "normlab/train/export_hf.h"
 
 namespace normlab::cli {
 
 Runner setup_export(CLI::App& sub) {
   auto ckpt = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
+  auto format = std::make_shared<std::string>("normlab");
   sub.add_option("--checkpoint", *ckpt,
-                 "checkpoint folder, or a run folder (its newest checkpoint)")
+                 "checkpoint folder, or a run folder (its newest checkpoint); with --format hf "
+                 "also a normlab export folder")
       ->required();
   sub.add_option("--out", *out, "export folder: model.safetensors, config.json, tokenizer.model")
       ->required();
-  return [ckpt, out] {
-    const std::string from = export_model(*ckpt, *out);
+  sub.add_option("--format", *format,
+                 "normlab (normlab's own folder) or hf (Hugging Face transformers, "
+                 "trust_remote_code; docs/interop.md)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"normlab", "hf"}));
+  return [ckpt, out, format] {
+    const std::string from =
+        *format == "hf" ? export_model_hf(*ckpt, *out) : export_model(*ckpt, *out);
     std::cout << "exported " << from << " to " << *out << "\n";
     return 0;
   };
