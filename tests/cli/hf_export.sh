@@ -4,7 +4,8 @@
 # to 1e-5 relative, greedy generate() gives `normlab generate --temperature 0`'s tokens,
 # bfloat16 loading gives finite logits near fp32. Each case is a tiny model trained 20 steps
 # on the built-in corpus. Also: the plain export is unchanged by --format, a bad --format is
-# named, and the tokenizer encodes like `normlab tokenizer encode`.
+# named, a plain export converts to the same HF weights, and the tokenizer encodes like
+# `normlab tokenizer encode`.
 # Usage: hf_export.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
 # Prints PASS; exits 77 (skipped) when Python cannot import transformers.
 set -euo pipefail
@@ -80,6 +81,10 @@ echo "tokenizer: ${#texts[@]} texts encode as normlab does"
 "$normlab" export --format normlab --checkpoint "$work/siamese/run" --out "$work/plain2" > /dev/null
 cmp "$work/plain1/model.safetensors" "$work/plain2/model.safetensors" || fail "--format normlab differs"
 grep -q '"format": "normlab"' "$work/plain2/config.json" || fail "--format normlab: not a normlab export"
+# A plain export converts too, to the same weights and tokenizer.
+"$normlab" export --format hf --checkpoint "$work/plain1" --out "$work/hf_of_plain" > /dev/null
+cmp "$work/hf_of_plain/model.safetensors" "$work/siamese/hf/model.safetensors" || fail "HF export of an export differs"
+cmp "$work/hf_of_plain/tokenizer.model" "$work/siamese/hf/tokenizer.model" || fail "HF export of an export: tokenizer"
 rc=0; "$normlab" export --format onnx --checkpoint "$work/siamese/run" --out "$work/bad" > "$work/bad.out" 2>&1 || rc=$?
 [ $rc -ne 0 ] && grep -q "onnx" "$work/bad.out" || { cat "$work/bad.out"; fail "a bad --format is not named"; }
 echo "PASS"
