@@ -108,7 +108,12 @@ std::string export_model_hf(const std::string& source, const std::string& out_di
 
   const std::string tok_path = tokenizer.empty() ? m.tokenizer : tokenizer;
   if (!tok_path.empty() && !fs::exists(tok_path))
-    throw FileError(tok_path + ": tokenizer not found");
+    throw FileError(tok_path + ": tokenizer not found (" +
+                    (tokenizer.empty() ? "the data.tokenizer of " + m.from +
+                                             "; a relative path "
+                                             "counts from the working directory; give --tokenizer"
+                                       : "--tokenizer") +
+                    ")");
   remove_stale_siblings(out_dir);
   AtomicFolder folder(out_dir);  // an existing export there is replaced
   const fs::path tmp = folder.path();

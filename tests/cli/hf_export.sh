@@ -87,4 +87,11 @@ cmp "$work/hf_of_plain/model.safetensors" "$work/siamese/hf/model.safetensors" |
 cmp "$work/hf_of_plain/tokenizer.model" "$work/siamese/hf/tokenizer.model" || fail "HF export of an export: tokenizer"
 rc=0; "$normlab" export --format onnx --checkpoint "$work/siamese/run" --out "$work/bad" > "$work/bad.out" 2>&1 || rc=$?
 [ $rc -ne 0 ] && grep -q "onnx" "$work/bad.out" || { cat "$work/bad.out"; fail "a bad --format is not named"; }
+rc=0; "$normlab" export --checkpoint "$work/siamese/run" --out "$work/bad" --tokenizer "$kjv/tokenizer.model" \
+  > "$work/bad.out" 2>&1 || rc=$?
+[ $rc -eq 1 ] && grep -q "\-\-tokenizer goes with --format hf" "$work/bad.out" || { cat "$work/bad.out"; fail "--tokenizer without hf"; }
+rc=0; "$normlab" export --format hf --checkpoint "$work/siamese/run" --out "$work/bad" --tokenizer "$work/none.model" \
+  > "$work/bad.out" 2>&1 || rc=$?
+[ $rc -eq 1 ] && grep -q "none.model: tokenizer not found" "$work/bad.out" || { cat "$work/bad.out"; fail "a missing tokenizer not named"; }
+[ ! -e "$work/bad" ] || fail "an export was written despite the errors"
 echo "PASS"
