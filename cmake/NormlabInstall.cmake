@@ -16,6 +16,8 @@ if(NORMLAB_BUILD_TOOLS)
   install(PROGRAMS ${PROJECT_SOURCE_DIR}/tools/plot_sweep.py ${PROJECT_SOURCE_DIR}/tools/plot_diagnostics.py
           ${PROJECT_SOURCE_DIR}/tools/olmo_checkpoint.py
           DESTINATION ${CMAKE_INSTALL_DATADIR}/normlab)
+  # lm-evaluation-harness tasks over the KJV task files (docs/interop.md; --include_path)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/tools/lm_eval DESTINATION ${CMAKE_INSTALL_DATADIR}/normlab)
 endif()
 install(EXPORT normlab-targets NAMESPACE normlab:: DESTINATION ${NORMLAB_INSTALL_CMAKEDIR})
 

@@ -49,6 +49,7 @@ set(NORMLAB_SOURCES
   sweep/sweep_report.cpp
   train/checkpoint.cpp
   train/export.cpp
+  train/export_hf.cpp
   train/olmo_checkpoint.cpp
   train/optimizer.cpp
   train/run_summary.cpp

@@ -2,7 +2,9 @@
 # Installs everything normlab needs on a Debian 12 machine, idempotently:
 #   1. Debian packages (build tools, libraries, the built-in corpus), only the missing ones;
 #   2. a project-local Python venv (.venv, or $NORMLAB_VENV) with torch==2.11.0, the LibTorch
-#      distribution the build links against and the runtime of tests/reference/.
+#      distribution the build links against and the runtime of tests/reference/;
+#   3. in that venv, the interop packages (docs/interop.md): transformers, tokenizers, lm-eval
+#      and accelerate, protobuf (about 0.8 GB installed; their tests skip without them).
 # A second run with everything present takes a second or two.
 # Usage: tools/setup.sh [--no-python]
 # Env:   NORMLAB_VENV  venv folder (default: <repo>/.venv)
@@ -86,6 +88,22 @@ PY
       "torch==$TORCH_VERSION" numpy safetensors sentencepiece matplotlib tensorboard \
       || die "pip could not install torch==$TORCH_VERSION and the reference packages into $venv: check the network and access to PyPI (or PIP_INDEX_URL)"
     echo "setup: venv ready in $(( $(date +%s) - start )) s"
+  fi
+  # The Hugging Face export and lm-eval tests (docs/interop.md), at the versions they were
+  # checked with; importlib.metadata answers in well under a second when they are present.
+  interop=("transformers==5.25.0" "tokenizers==0.23.3" "lm-eval==0.4.13" "accelerate==1.16.0" protobuf)
+  if ! "$py" - "${interop[@]}" <<'PY' 2>/dev/null; then
+import importlib.metadata as m, sys
+for spec in sys.argv[1:]:
+    name, _, version = spec.partition("==")
+    if version and m.version(name) != version or not m.version(name):
+        sys.exit(1)
+PY
+    echo "setup: installing ${interop[*]} into $venv (about 0.8 GB)"
+    start=$(date +%s)
+    "$py" -m pip install -q --disable-pip-version-check "${interop[@]}" \
+      || die "pip could not install ${interop[*]} into $venv: check the network and access to PyPI (or PIP_INDEX_URL)"
+    echo "setup: interop packages ready in $(( $(date +%s) - start )) s"
   fi
 fi
 echo "setup: ok"

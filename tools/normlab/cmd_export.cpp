@@ -1,10 +1,12 @@
-// normlab export --checkpoint DIR --out FOLDER [--format normlab|olmo] [--pt]
+// normlab export --checkpoint DIR --out FOLDER [--format normlab|hf|olmo] [--tokenizer MODEL]
+//                [--pt]
 #include <filesystem>
 #include <iostream>
 
 #include "command.h"
 #include "fault.h"
 #include "normlab/train/export.h"
+#include "normlab/train/export_hf.h"
 #include "normlab/train/olmo_checkpoint.h"
 #include "normlab/util/error.h"
 #include "python_tool.h"
@@ -13,29 +15,38 @@ namespace normlab::cli {
 
 Runner setup_export(CLI::App& sub) {
   struct Options {
-    std::string checkpoint, out, format = "normlab";
+    std::string checkpoint, out, format = "normlab", tokenizer;
     bool pt = false;
   };
   auto o = std::make_shared<Options>();
   sub.add_option("--checkpoint", o->checkpoint,
-                 "checkpoint folder, or a run folder (its newest checkpoint)")
+                 "checkpoint folder, or a run folder (its newest checkpoint); with --format hf "
+                 "also a normlab export folder")
       ->required();
   sub.add_option("--out", o->out, "export folder: model.safetensors, config.json, tokenizer.model")
       ->required();
   sub.add_option("--format", o->format,
-                 "normlab (model.safetensors, config.json, tokenizer.model) or olmo (the official "
-                 "SiameseNorm code's names: model.safetensors, normlab_config.yaml; siamese_hybrid "
-                 "only)")
-      ->check(CLI::IsMember({"normlab", "olmo"}));
+                 "normlab (model.safetensors, config.json, tokenizer.model), hf (Hugging Face "
+                 "transformers, trust_remote_code) or olmo (the official SiameseNorm code's "
+                 "names: model.safetensors, normlab_config.yaml; siamese_hybrid only); "
+                 "docs/interop.md")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"normlab", "hf", "olmo"}));
+  sub.add_option("--tokenizer", o->tokenizer,
+                 "with --format hf: the SentencePiece model to ship (default: the run's)");
   sub.add_flag("--pt", o->pt,
                "with --format olmo: also model.pt (torch.save of the state dict, through "
                "tools/olmo_checkpoint.py)");
   return [o] {
     if (o->pt && o->format != "olmo") throw ConfigError("--pt needs --format olmo");
+    if (!o->tokenizer.empty() && o->format != "hf")
+      throw ConfigError("export: --tokenizer goes with --format hf");
     const std::unique_ptr<WriteFault> fault =
         write_fault(environment_fault(), "export");  // tests only (fault.h)
     const std::string from = o->format == "olmo" ? olmo_export(o->checkpoint, o->out)
-                                                 : export_model(o->checkpoint, o->out, fault.get());
+                             : o->format == "hf"
+                                 ? export_model_hf(o->checkpoint, o->out, o->tokenizer)
+                                 : export_model(o->checkpoint, o->out, fault.get());
     if (o->pt) {
       const std::string st = (std::filesystem::path(o->out) / "model.safetensors").string();
       const std::string pt = (std::filesystem::path(o->out) / "model.pt").string();

@@ -7,6 +7,7 @@
 #include "normlab/data/tokenizer.h"
 #include "normlab/eval/generate.h"
 #include "normlab/train/export.h"
+#include "normlab/util/safetensors.h"
 
 namespace normlab::cli {
 
@@ -15,6 +16,7 @@ Runner setup_generate(CLI::App& sub) {
     std::string checkpoint, prompt, tokenizer, device = "cpu";
     SampleOptions sample;
     bool no_cache = false;
+    std::string logits_out;
   };
   auto o = std::make_shared<Options>();
   sub.add_option("--checkpoint", o->checkpoint,
@@ -36,6 +38,10 @@ Runner setup_generate(CLI::App& sub) {
   sub.add_option("--device", o->device, "cpu, cuda or cuda:N")->capture_default_str();
   sub.add_flag("--no-cache", o->no_cache,
                "recompute the whole sequence for every token (slow; for checking)");
+  // Hidden, for checking other implementations (tests/cli/hf_export.sh): a safetensors file with
+  // the prompt's ids ("tokens", EOS first), their logits from one forward pass ("logits", fp32)
+  // and the generated ids ("generated").
+  sub.add_option("--logits-out", o->logits_out)->group("");
   return [o] {
     const torch::Device device(o->device);
     LoadedModel m = load_model(o->checkpoint, device);
@@ -53,7 +59,9 @@ Runner setup_generate(CLI::App& sub) {
     std::vector<int32_t> ids(prompt.begin() + 1, prompt.end());
     std::string shown = tok.decode(ids);
     std::cout << shown << std::flush;
+    std::vector<int64_t> generated;
     generate(*m.model, prompt, s, [&](int64_t id) {
+      generated.push_back(id);
       if (id == tok.eos_id()) return true;
       ids.push_back(static_cast<int32_t>(id));
       const std::string text = tok.decode(ids);
@@ -63,6 +71,14 @@ Runner setup_generate(CLI::App& sub) {
       return true;
     });
     std::cout << "\n";
+    if (!o->logits_out.empty()) {
+      torch::NoGradGuard no_grad;
+      const auto ids = torch::tensor(prompt, torch::kLong);
+      const auto logits = m.model->forward(ids.unsqueeze(0).to(device))[0].to(torch::kFloat32);
+      safetensors_save(o->logits_out, {{"tokens", ids},
+                                       {"logits", logits.cpu()},
+                                       {"generated", torch::tensor(generated, torch::kLong)}});
+    }
     return 0;
   };
 }

@@ -1,0 +1,32 @@
+// Export for Hugging Face transformers: a folder that
+//   AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True) and
+//   AutoTokenizer.from_pretrained(DIR)
+// load offline (docs/interop.md):
+//   config.json               model_type "normlab", auto_map to the two files below, every
+//                             model key, torch_dtype float32, the special token ids
+//   generation_config.json    the special token ids (EOS stops generation)
+//   model.safetensors         fp32 weights by the module names of modeling_normlab.py:
+//                             "model." + normlab's name, the untied head as lm_head.weight
+//   modeling_normlab.py,      the model in plain PyTorch, every scheme (tools/hf/, compiled
+//   configuration_normlab.py  into the library as text)
+//   tokenizer.model,          the run's SentencePiece model, loaded by transformers'
+//   tokenizer_config.json     TokenizersBackend; encoding prepends EOS, the document start
+//                             normlab puts before prompts and task items
+#pragma once
+
+#include <string>
+
+namespace normlab {
+
+/// `source` is anything load_model accepts: a run, checkpoint or normlab export folder.
+/// Returns the folder the weights came from. The tokenizer files are written when the source
+/// records a tokenizer (`tokenizer` overrides it; "" = the recorded one, none: no tokenizer
+/// files). The output folder is written atomically.
+std::string export_model_hf(const std::string& source, const std::string& out_dir,
+                            const std::string& tokenizer = "");
+
+/// The text of tools/hf/modeling_normlab.py and tools/hf/configuration_normlab.py, as built in.
+const char* hf_modeling_py();
+const char* hf_configuration_py();
+
+}  // namespace normlab

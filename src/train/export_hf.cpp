@@ -1,0 +1,135 @@
+#include "normlab/train/export_hf.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "normlab/config/config_io.h"
+#include "normlab/data/tokenizer.h"
+#include "normlab/train/export.h"
+#include "normlab/util/file_io.h"
+#include "normlab/util/safetensors.h"
+
+namespace normlab {
+namespace fs = std::filesystem;
+
+namespace {
+
+// A YAML scalar from config_flatten as a JSON value of the right type.
+nlohmann::json scalar_json(const std::string& text) {
+  if (text == "~" || text == "null") return nullptr;
+  if (text == "true") return true;
+  if (text == "false") return false;
+  if (text.size() >= 2 && text.front() == '"') return text.substr(1, text.size() - 2);
+  char* end = nullptr;
+  const long long i = std::strtoll(text.c_str(), &end, 10);
+  if (end && *end == '\0' && !text.empty()) return i;
+  const double d = std::strtod(text.c_str(), &end);
+  if (end && *end == '\0' && !text.empty()) return d;
+  return text;
+}
+
+// Every model key, nested as in YAML (model.siamese.depth_scale -> {"siamese": {...}}).
+nlohmann::json model_keys(const ModelConfig& model) {
+  RunConfig cfg;
+  cfg.model = model;
+  nlohmann::json keys = nlohmann::json::object();
+  for (const auto& [key, value] : config_flatten(cfg)) {
+    if (key.rfind("model.", 0) != 0) continue;
+    nlohmann::json* at = &keys;
+    std::string rest = key.substr(6);
+    for (size_t dot; (dot = rest.find('.')) != std::string::npos; rest = rest.substr(dot + 1))
+      at = &(*at)[rest.substr(0, dot)];
+    (*at)[rest] = scalar_json(value);
+  }
+  return keys;
+}
+
+// The module name of modeling_normlab.py for a normlab parameter name.
+std::string hf_name(const std::string& name) {
+  return name == "head.weight" ? "lm_head.weight" : "model." + name;
+}
+
+void write_json(const fs::path& path, const nlohmann::json& j) {
+  const std::string text = j.dump(2) + "\n";
+  write_file_atomic(path.string(), [&](FileWriter& w) { w.write(text); });
+}
+
+// tokenizer.model and the tokenizer_config.json that loads it as transformers' TokenizersBackend
+// (its SentencePiece conversion keeps the model's normalizer, so the ids are SentencePiece's).
+// The bos token is </s>: normlab starts every prompt and task item with EOS, the document
+// separator it trained on, and lm-eval and generate() take the bos the tokenizer adds.
+void write_tokenizer(const std::string& path, const ModelConfig& model, int64_t max_length,
+                     const fs::path& dir) {
+  const Tokenizer tok(path);
+  if (tok.vocab_size() > model.vocab_size)
+    throw CheckpointError(path + ": the tokenizer's " + std::to_string(tok.vocab_size()) +
+                          " pieces do not fit model.vocab_size " +
+                          std::to_string(model.vocab_size));
+  if (tok.piece(0) != "<unk>" || tok.piece(1) != "<s>" || tok.piece(2) != "</s>" ||
+      tok.eos_id() != 2)
+    throw CheckpointError(path + ": expected <unk>=0, <s>=1, </s>=2 (normlab tokenizer train)");
+  fs::copy_file(path, dir / "tokenizer.model");
+  write_json(dir / "tokenizer_config.json", {{"tokenizer_class", "TokenizersBackend"},
+                                             {"bos_token", "</s>"},
+                                             {"eos_token", "</s>"},
+                                             {"unk_token", "<unk>"},
+                                             {"pad_token", "</s>"},
+                                             {"add_bos_token", true},
+                                             {"add_eos_token", false},
+                                             {"clean_up_tokenization_spaces", false},
+                                             {"model_max_length", max_length}});
+}
+
+}  // namespace
+
+std::string export_model_hf(const std::string& source, const std::string& out_dir,
+                            const std::string& tokenizer) {
+  const LoadedModel m = load_model(source);
+  const ModelConfig& model = m.model->config;
+  const int64_t max_length = m.seq_len > 0 ? m.seq_len : 2048;
+  nlohmann::json config = model_keys(model);
+  config.update({{"architectures", {"NormlabForCausalLM"}},
+                 {"model_type", "normlab"},
+                 {"auto_map",
+                  {{"AutoConfig", "configuration_normlab.NormlabConfig"},
+                   {"AutoModelForCausalLM", "modeling_normlab.NormlabForCausalLM"}}},
+                 {"torch_dtype", "float32"},
+                 {"bos_token_id", 2},
+                 {"eos_token_id", 2},
+                 {"pad_token_id", 2},
+                 {"use_cache", false},
+                 {"tie_word_embeddings", false},
+                 {"max_position_embeddings", max_length},
+                 {"normlab", {{"from", fs::absolute(m.from).string()}, {"step", m.step}}}});
+
+  TensorDict weights;
+  for (const auto& p : m.model->named_parameters())
+    weights[hf_name(p.key())] = p.value().detach().to(torch::kFloat32).contiguous();
+
+  const std::string tok_path = tokenizer.empty() ? m.tokenizer : tokenizer;
+  if (!tok_path.empty() && !fs::exists(tok_path))
+    throw FileError(tok_path + ": tokenizer not found (" +
+                    (tokenizer.empty() ? "the data.tokenizer of " + m.from +
+                                             "; a relative path "
+                                             "counts from the working directory; give --tokenizer"
+                                       : "--tokenizer") +
+                    ")");
+  remove_stale_siblings(out_dir);
+  AtomicFolder folder(out_dir);  // an existing export there is replaced
+  const fs::path tmp = folder.path();
+  safetensors_save((tmp / "model.safetensors").string(), weights, {{"format", "pt"}});
+  write_json(tmp / "config.json", config);
+  write_json(tmp / "generation_config.json",
+             {{"bos_token_id", 2}, {"eos_token_id", 2}, {"pad_token_id", 2}, {"use_cache", false}});
+  for (const auto& [name, text] :
+       {std::pair<const char*, const char*>{"modeling_normlab.py", hf_modeling_py()},
+        {"configuration_normlab.py", hf_configuration_py()}}) {
+    const std::string body = text;
+    write_file_atomic((tmp / name).string(), [&](FileWriter& w) { w.write(body); });
+  }
+  if (!tok_path.empty()) write_tokenizer(tok_path, model, max_length, tmp);
+  folder.commit();
+  return m.from;
+}
+
+}  // namespace normlab

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# `normlab export --format hf` for every scheme and switch, checked in Python, offline
+# (tests/cli/hf_check.py): the tokenizer gives normlab's ids, the fp32 logits equal normlab's
+# to 1e-5 relative, greedy generate() gives `normlab generate --temperature 0`'s tokens,
+# bfloat16 loading gives finite logits near fp32. Each case is a tiny model trained 20 steps
+# on the built-in corpus. Also: the plain export is unchanged by --format, a bad --format is
+# named, a plain export converts to the same HF weights, and the tokenizer encodes like
+# `normlab tokenizer encode`.
+# Usage: hf_export.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
+# Prints PASS; exits 77 (skipped) when Python cannot import transformers.
+set -euo pipefail
+normlab=$1 src=$2 kjv=$3 python=$4 work=$5
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+"$python" -c "import transformers, tokenizers, sentencepiece, safetensors" 2> /dev/null \
+  || { echo "SKIP: $python cannot import transformers, tokenizers, sentencepiece (tools/setup.sh)"; exit 77; }
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+
+# name | overrides: every scheme, and the switches (GQA, q/k/v norms, LayerNorm, tied
+# embeddings, DeepNorm alpha/beta, the Mix-LN split, SiameseNorm's three switches)
+cases=(
+  "pre_norm|model.scheme=pre_norm model.n_kv_heads=2"
+  "pre_norm_tied_ln_qkv|model.scheme=pre_norm model.tie_embeddings=true model.norm_type=layernorm model.qkv_norm=true"
+  "post_norm|model.scheme=post_norm"
+  "deep_norm|model.scheme=deep_norm model.deep_norm_alpha=1.5 model.deep_norm_beta=0.5"
+  "hybrid_norm|model.scheme=hybrid_norm"
+  "hybrid_norm_star|model.scheme=hybrid_norm_star model.n_layers=3"
+  "peri_norm|model.scheme=peri_norm model.norm_type=layernorm"
+  "mix_ln|model.scheme=mix_ln model.n_layers=4 model.mix_ln_post_layers=1"
+  "resi_dual|model.scheme=resi_dual model.qkv_norm=true"
+  "siamese|model.scheme=siamese"
+  "siamese_switches|model.scheme=siamese model.siamese.depth_scale=false model.siamese.input_norm=false model.siamese.output_fusion=paper model.tie_embeddings=true"
+  "siamese_hybrid|model.scheme=siamese_hybrid"
+  "siamese_hybrid_switches|model.scheme=siamese_hybrid model.siamese.input_norm=false model.siamese.output_fusion=paper model.n_kv_heads=1"
+)
+prompt="And God said unto Moses, "
+dirs=()
+for c in "${cases[@]}"; do
+  name=${c%%|*} sets=()
+  for s in ${c#*|}; do sets+=(--set "$s"); done
+  d=$work/$name
+  "$normlab" train --config "$src/configs/tiny/lm.yaml" --set "data.train=$kjv/shards" \
+    --set "data.tokenizer=$kjv/tokenizer.model" --set train.steps=20 --set eval.every=0 "${sets[@]}" \
+    --out "$d/run" > "$d.train.out" 2>&1 || { cat "$d.train.out"; fail "train $name"; }
+  "$normlab" export --format hf --checkpoint "$d/run" --out "$d/hf" > /dev/null || fail "export $name"
+  printf '%s' "$prompt" > "$d/prompt.txt"
+  "$normlab" generate --checkpoint "$d/run" --prompt "$prompt" --max-tokens 16 --temperature 0 \
+    --logits-out "$d/normlab.safetensors" > "$d/greedy.txt" || fail "generate $name"
+  dirs+=("$d")
+done
+for f in config.json generation_config.json model.safetensors modeling_normlab.py \
+  configuration_normlab.py tokenizer.model tokenizer_config.json; do
+  [ -s "$work/siamese/hf/$f" ] || fail "the HF export has no $f"
+done
+cmp "$work/siamese/hf/modeling_normlab.py" "$src/tools/hf/modeling_normlab.py" \
+  || fail "the exported modeling_normlab.py is not tools/hf's (rebuild: it is compiled in)"
+
+"$python" "$src/tests/cli/hf_check.py" "${dirs[@]}" || fail "the HF exports disagree with normlab"
+
+# The tokenizer encodes like `normlab tokenizer encode` (add_special_tokens=False; by default
+# it puts EOS first, as normlab does before prompts and task items).
+texts=("In the beginning God created the heaven and the earth." "double  space, tab	and ﬁ ligature"
+       "  leading and trailing  " "Calculate 14 + 16 = 30" "émoji 😀 ünïcödé")
+for t in "${texts[@]}"; do
+  "$normlab" tokenizer encode --tokenizer "$kjv/tokenizer.model" --text "$t"
+done > "$work/encode_normlab.txt"
+# Without trust_remote_code (transformers asks about the model's code on stdout, then falls back).
+"$python" - "$work/siamese/hf" "$work/encode_hf.txt" "${texts[@]}" > /dev/null 2>&1 <<'EOF'
+import sys
+from transformers import AutoTokenizer
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+with open(sys.argv[2], "w") as out:
+    for t in sys.argv[3:]:
+        print(" ".join(map(str, tok(t, add_special_tokens=False)["input_ids"])), file=out)
+EOF
+diff "$work/encode_normlab.txt" "$work/encode_hf.txt" || fail "the HF tokenizer encodes differently"
+echo "tokenizer: ${#texts[@]} texts encode as normlab does"
+
+# --format normlab is the plain export; a bad format is named.
+"$normlab" export --checkpoint "$work/siamese/run" --out "$work/plain1" > /dev/null
+"$normlab" export --format normlab --checkpoint "$work/siamese/run" --out "$work/plain2" > /dev/null
+cmp "$work/plain1/model.safetensors" "$work/plain2/model.safetensors" || fail "--format normlab differs"
+grep -q '"format": "normlab"' "$work/plain2/config.json" || fail "--format normlab: not a normlab export"
+# A plain export converts too, to the same weights and tokenizer.
+"$normlab" export --format hf --checkpoint "$work/plain1" --out "$work/hf_of_plain" > /dev/null
+cmp "$work/hf_of_plain/model.safetensors" "$work/siamese/hf/model.safetensors" || fail "HF export of an export differs"
+cmp "$work/hf_of_plain/tokenizer.model" "$work/siamese/hf/tokenizer.model" || fail "HF export of an export: tokenizer"
+rc=0; "$normlab" export --format onnx --checkpoint "$work/siamese/run" --out "$work/bad" > "$work/bad.out" 2>&1 || rc=$?
+[ $rc -ne 0 ] && grep -q "onnx" "$work/bad.out" || { cat "$work/bad.out"; fail "a bad --format is not named"; }
+rc=0; "$normlab" export --checkpoint "$work/siamese/run" --out "$work/bad" --tokenizer "$kjv/tokenizer.model" \
+  > "$work/bad.out" 2>&1 || rc=$?
+[ $rc -eq 1 ] && grep -q "\-\-tokenizer goes with --format hf" "$work/bad.out" || { cat "$work/bad.out"; fail "--tokenizer without hf"; }
+rc=0; "$normlab" export --format hf --checkpoint "$work/siamese/run" --out "$work/bad" --tokenizer "$work/none.model" \
+  > "$work/bad.out" 2>&1 || rc=$?
+[ $rc -eq 1 ] && grep -q "none.model: tokenizer not found" "$work/bad.out" || { cat "$work/bad.out"; fail "a missing tokenizer not named"; }
+[ ! -e "$work/bad" ] || fail "an export was written despite the errors"
+echo "PASS"

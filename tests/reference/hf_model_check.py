@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""tools/hf/modeling_normlab.py (the model of `normlab export --format hf`) against the
+independent reference (normlab_ref.py) in float64, for every scheme and switch, on the
+reference's own random weights: the logits agree to 1e-12 relative, and a batch with left and
+right padding (attention_mask) gives each sequence its unpadded logits.
+
+Usage: hf_model_check.py   (prints PASS; exits 1 on a difference, 77 without transformers)
+"""
+import os
+import sys
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here)
+sys.path.insert(0, os.path.join(here, "..", "..", "tools", "hf"))
+try:
+    import torch
+    from configuration_normlab import NormlabConfig
+    from modeling_normlab import NormlabForCausalLM
+except ImportError as e:
+    print(f"SKIP: {e}")
+    sys.exit(77)
+import normlab_ref as R  # noqa: E402
+
+TOL = 1e-12
+CASES = [(s, {}) for s in R.SCHEMES] + [
+    ("siamese", dict(siamese_depth_scale=False, siamese_input_norm=False, siamese_output_fusion="paper")),
+    ("siamese_hybrid", dict(siamese_input_norm=False, siamese_output_fusion="paper", tie_embeddings=True)),
+    ("pre_norm", dict(qkv_norm=True, norm_type="layernorm", n_kv_heads=4)),
+    ("peri_norm", dict(tie_embeddings=True, n_kv_heads=1)),
+    ("deep_norm", dict(deep_norm_alpha=1.7)),
+    ("mix_ln", dict(mix_ln_post_layers=3)),
+    ("resi_dual", dict(qkv_norm=True, norm_type="layernorm")),
+]
+
+
+def hf_model(cfg, params):
+    hc = NormlabConfig(
+        scheme=cfg["scheme"], vocab_size=cfg["vocab_size"], d_model=cfg["d_model"],
+        n_layers=cfg["n_layers"], n_heads=cfg["n_heads"], n_kv_heads=cfg["n_kv_heads"],
+        d_ff=cfg["d_ff"], rope_theta=cfg["rope_theta"], norm_eps=cfg["norm_eps"],
+        norm_type=cfg["norm_type"], qkv_norm=cfg["qkv_norm"], tie_embeddings=cfg["tie_embeddings"],
+        siamese=dict(depth_scale=cfg["siamese_depth_scale"], input_norm=cfg["siamese_input_norm"],
+                     output_fusion=cfg["siamese_output_fusion"]),
+        deep_norm_alpha=cfg["deep_norm_alpha"], mix_ln_post_layers=cfg["mix_ln_post_layers"])
+    model = NormlabForCausalLM(hc).double()
+    # the export's names: "model." + normlab's, the untied head as lm_head
+    weights = {("lm_head.weight" if n == "head.weight" else "model." + n): t for n, t in params.items()}
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if missing or unexpected:
+        raise KeyError(f"{cfg['scheme']}: missing {missing}, unexpected {unexpected}")
+    return model.eval()
+
+
+def main():
+    bad = 0
+    for scheme, overrides in CASES:
+        cfg = R.make_config(scheme, **overrides)
+        params = R.init_params(cfg, seed=1, dtype=torch.float64)
+        model = hf_model(cfg, params)
+        tokens = torch.randint(0, cfg["vocab_size"], (2, 10), generator=torch.Generator().manual_seed(0))
+        ref, _ = R.model_forward(params, cfg, tokens)  # logits of tokens[:, :-1]
+        scale = ref.abs().max()
+        with torch.no_grad():
+            out = model(tokens[:, :-1]).logits
+            # row 0 left-padded by 2, row 1 right-padded by 2
+            ids = torch.zeros(2, 11, dtype=torch.long)
+            mask = torch.zeros(2, 11, dtype=torch.long)
+            ids[0, 2:], mask[0, 2:] = tokens[0, :-1], 1
+            ids[1, :9], mask[1, :9] = tokens[1, :-1], 1
+            padded = model(ids, attention_mask=mask).logits
+        d = ((out - ref).abs().max() / scale).item()
+        dp = max((padded[0, 2:] - ref[0]).abs().max().item(), (padded[1, :9] - ref[1]).abs().max().item()) / scale.item()
+        ok = d <= TOL and dp <= TOL
+        bad += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {scheme} {overrides or ''}: {d:.1e}, padded {dp:.1e}")
+    if bad:
+        print(f"FAIL: {bad} cases differ by more than {TOL} relative")
+        sys.exit(1)
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()

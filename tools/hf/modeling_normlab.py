@@ -1,0 +1,302 @@
+"""normlab's decoder-only model family as a Hugging Face transformers model, in plain PyTorch.
+
+Written by `normlab export --format hf` next to config.json and loaded with
+`AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)`. Every normalization scheme
+of normlab (docs/schemes.md) follows the update rules of docs/paper.md, as the project's
+independent reference (tests/reference/normlab_ref.py) does; the weights keep normlab's names
+under `model.` (`model.blocks.0.attn.qkv.weight`), the untied head is `lm_head.weight`.
+
+Norms compute in float32 (float64 for float64 weights) and return the input's dtype, as
+normlab does, so bfloat16 loading works. No KV cache: generate() recomputes the sequence for
+every new token (use_cache is ignored).
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+try:
+    from .configuration_normlab import NormlabConfig
+except ImportError:  # loaded as a plain module (sys.path), not as a transformers dynamic module
+    from configuration_normlab import NormlabConfig
+
+
+class NormlabNorm(nn.Module):
+    """RMSNorm or LayerNorm (no bias) with a gain, computed in float32 (float64 stays)."""
+
+    def __init__(self, size, norm_type, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.norm_type = norm_type
+        self.eps = eps
+
+    def forward(self, x):
+        xc = x.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
+        if self.norm_type == "rmsnorm":
+            y = xc * torch.rsqrt(xc.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        else:
+            mean = xc.mean(dim=-1, keepdim=True)
+            var = (xc - mean).pow(2).mean(dim=-1, keepdim=True)
+            y = (xc - mean) * torch.rsqrt(var + self.eps)
+        return (self.weight.to(xc.dtype) * y).to(x.dtype)
+
+
+def rope_tables(positions, head_dim, theta, dtype):
+    """cos, sin of rotate-half RoPE for positions (B, T): each (B, T, 1, head_dim)."""
+    i = torch.arange(head_dim // 2, dtype=torch.float64, device=positions.device)
+    inv_freq = theta ** (-2.0 * i / head_dim)
+    angle = positions.to(torch.float64)[..., None] * inv_freq
+    angle = torch.cat([angle, angle], dim=-1)[:, :, None, :]
+    return angle.cos().to(dtype), angle.sin().to(dtype)
+
+
+def apply_rope(x, cos, sin):
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class NormlabAttention(nn.Module):
+    """Fused qkv projection, optional per-head q/k/v norms before RoPE, causal grouped-query attention."""
+
+    def __init__(self, config, qkv_norm):
+        super().__init__()
+        d, H = config.d_model, config.n_heads
+        KV = config.n_kv_heads or H
+        self.H, self.KV, self.hd = H, KV, d // H
+        self.qkv = nn.Linear(d, (H + 2 * KV) * self.hd, bias=False)
+        self.out = nn.Linear(H * self.hd, d, bias=False)
+        self.qkv_norm = qkv_norm
+        if qkv_norm:
+            self.q_norm = NormlabNorm(self.hd, config.norm_type, config.norm_eps)
+            self.k_norm = NormlabNorm(self.hd, config.norm_type, config.norm_eps)
+            self.v_norm = NormlabNorm(self.hd, config.norm_type, config.norm_eps)
+
+    def forward(self, x, rope, mask):
+        B, T, _ = x.shape
+        H, KV, hd = self.H, self.KV, self.hd
+        qkv = self.qkv(x)
+        q = qkv[..., : H * hd].reshape(B, T, H, hd)
+        k = qkv[..., H * hd: (H + KV) * hd].reshape(B, T, KV, hd)
+        v = qkv[..., (H + KV) * hd:].reshape(B, T, KV, hd)
+        if self.qkv_norm:
+            q, k, v = self.q_norm(q), self.k_norm(k), self.v_norm(v)
+        cos, sin = rope
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if KV != H:  # query head h reads key/value head h // (H / KV)
+            k = k.repeat_interleave(H // KV, dim=2)
+            v = v.repeat_interleave(H // KV, dim=2)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if mask is None:
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out(o.transpose(1, 2).reshape(B, T, H * hd))
+
+
+class NormlabMlp(nn.Module):
+    """SwiGLU: u = up(x); value = u[:d_ff], gate = u[d_ff:]; down(silu(gate) * value)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.d_ff = config.d_ff
+        self.up = nn.Linear(config.d_model, 2 * config.d_ff, bias=False)
+        self.down = nn.Linear(config.d_ff, config.d_model, bias=False)
+
+    def forward(self, x):
+        u = self.up(x)
+        return self.down(F.silu(u[..., self.d_ff:]) * u[..., : self.d_ff])
+
+
+def deep_norm_alpha(config):
+    a = config.deep_norm_alpha
+    return a if a is not None else (2.0 * config.n_layers) ** 0.25
+
+
+def mix_ln_post_layers(config):
+    p = config.mix_ln_post_layers
+    return p if p is not None else int(math.floor(0.25 * config.n_layers))
+
+
+class NormlabBlock(nn.Module):
+    """Block `layer` of the configured scheme; forward maps the streams (X, Y) to (X, Y)."""
+
+    def __init__(self, config, layer):
+        super().__init__()
+        scheme = config.scheme
+        self.scheme, self.layer = scheme, layer
+        siam = config.siamese
+        hybrid = scheme in ("hybrid_norm", "hybrid_norm_star", "siamese_hybrid")
+        self.attn = NormlabAttention(config, config.qkv_norm or hybrid)
+        self.mlp = NormlabMlp(config)
+        if scheme in ("pre_norm", "post_norm", "deep_norm", "mix_ln", "resi_dual"):
+            norms = ["attn_norm", "mlp_norm"]
+        elif scheme == "hybrid_norm":
+            norms = ["mlp_norm"]
+        elif scheme == "hybrid_norm_star":
+            norms = ["attn_norm", "mlp_norm"] if layer == 0 else ["mlp_norm"]
+        elif scheme == "peri_norm":
+            norms = ["attn_norm", "attn_out_norm", "mlp_norm", "mlp_out_norm"]
+        elif scheme == "siamese":
+            norms = []
+            for s in ("attn", "mlp"):
+                norms += [f"{s}_post_norm", f"{s}_y_norm"] + ([f"{s}_in_norm"] if siam["input_norm"] else [])
+        else:  # siamese_hybrid
+            self.c1 = nn.Parameter(torch.ones(config.d_model))
+            norms = ["attn_y_norm", "mlp_norm", "mlp_y_norm"] + (["mlp_in_norm"] if siam["input_norm"] else [])
+        for n in norms:
+            setattr(self, n, NormlabNorm(config.d_model, config.norm_type, config.norm_eps))
+        self.alpha = deep_norm_alpha(config)
+        self.post = scheme == "post_norm" or (scheme == "mix_ln" and layer < mix_ln_post_layers(config))
+        self.input_norm = siam["input_norm"]
+        self.c = math.sqrt(2.0 * (layer + 1)) if siam["depth_scale"] else 1.0
+
+    def forward(self, X, Y, rope, mask):
+        s = self.scheme
+        a = lambda h: self.attn(h, rope, mask)  # noqa: E731
+        if s in ("post_norm", "deep_norm", "mix_ln") and (self.post or s == "deep_norm"):
+            alpha = self.alpha if s == "deep_norm" else 1.0
+            X = self.attn_norm(alpha * X + a(X))
+            return self.mlp_norm(alpha * X + self.mlp(X)), Y
+        if s in ("pre_norm", "mix_ln") or (s == "hybrid_norm_star" and self.layer == 0):
+            X = X + a(self.attn_norm(X))
+            return X + self.mlp(self.mlp_norm(X)), Y
+        if s in ("hybrid_norm", "hybrid_norm_star"):
+            X = X + a(X)
+            Xt = self.mlp_norm(X)
+            return Xt + self.mlp(Xt), Y
+        if s == "peri_norm":
+            X = X + self.attn_out_norm(a(self.attn_norm(X)))
+            return X + self.mlp_out_norm(self.mlp(self.mlp_norm(X))), Y
+        if s == "resi_dual":
+            O = a(X)
+            X, Y = self.attn_norm(X + O), Y + O
+            O = self.mlp(X)
+            return self.mlp_norm(X + O), Y + O
+        if s == "siamese":
+            for sub, branch in (("attn", a), ("mlp", self.mlp)):
+                X = getattr(self, f"{sub}_post_norm")(X)
+                H = X + getattr(self, f"{sub}_y_norm")(Y)
+                if self.input_norm:
+                    H = getattr(self, f"{sub}_in_norm")(H)
+                O = branch(H)
+                X, Y = X + O / self.c, Y + O
+            return X, Y
+        # siamese_hybrid: X is a HybridNorm stream
+        A = a(self.c1 * X + self.attn_y_norm(Y))
+        X, Y = X + A / self.c, Y + A
+        Xt = self.mlp_norm(X)
+        H = Xt + self.mlp_y_norm(Y)
+        if self.input_norm:
+            H = self.mlp_in_norm(H)
+        G = self.mlp(H)
+        return Xt + G / self.c, Y + G
+
+
+class NormlabPreTrainedModel(PreTrainedModel):
+    config_class = NormlabConfig
+    base_model_prefix = "model"
+    _no_split_modules = ["NormlabBlock"]
+    _supports_sdpa = True
+
+    def _init_weights(self, module):
+        # Exports carry every weight; this only fills a model built from a config alone.
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+        elif isinstance(module, NormlabNorm):
+            nn.init.ones_(module.weight)
+        elif isinstance(module, NormlabBlock) and hasattr(module, "c1"):
+            nn.init.ones_(module.c1)
+
+
+class NormlabModel(NormlabPreTrainedModel):
+    """Embedding -> the scheme's streams -> blocks -> the scheme's end of network (Z)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.blocks = nn.ModuleList(NormlabBlock(config, l) for l in range(config.n_layers))
+        s, d = config.scheme, config.d_model
+        ends = []
+        if s in ("pre_norm", "hybrid_norm", "hybrid_norm_star", "peri_norm", "mix_ln"):
+            ends = ["final_norm"]
+        elif s == "resi_dual":
+            ends = ["final_norm_y"]
+        elif s in ("siamese", "siamese_hybrid"):
+            ends = ["final_norm_x", "final_norm_y"]
+            if config.siamese["output_fusion"] == "code":
+                ends.append("final_norm")
+        for n in ends:
+            setattr(self, n, NormlabNorm(d, config.norm_type, config.norm_eps))
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embed
+
+    def set_input_embeddings(self, value):
+        self.embed = value
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None):
+        B, T = input_ids.shape
+        mask = None
+        if attention_mask is not None and not bool(attention_mask.all()):
+            keep = attention_mask.bool()
+            causal = torch.ones(T, T, dtype=torch.bool, device=input_ids.device).tril()
+            mask = causal[None, None] & keep[:, None, None, :]
+            mask = mask | torch.eye(T, dtype=torch.bool, device=input_ids.device)  # padding sees itself
+            if position_ids is None:
+                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        if position_ids is None:
+            position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
+        E = self.embed(input_ids)
+        rope = rope_tables(position_ids, self.config.d_model // self.config.n_heads,
+                           self.config.rope_theta, E.dtype)
+        X, Y = E, E
+        for block in self.blocks:
+            X, Y = block(X, Y, rope, mask)
+        s = self.config.scheme
+        if s in ("post_norm", "deep_norm"):
+            return X
+        if s == "resi_dual":
+            return X + self.final_norm_y(Y)
+        if s in ("siamese", "siamese_hybrid"):
+            Z = self.final_norm_x(X) + self.final_norm_y(Y)
+            return self.final_norm(Z) if self.config.siamese["output_fusion"] == "code" else Z
+        return self.final_norm(X)
+
+
+class NormlabForCausalLM(NormlabPreTrainedModel, GenerationMixin):
+    def __init__(self, config):
+        super().__init__(config)
+        self.model = NormlabModel(config)
+        if not config.tie_embeddings:
+            self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.model.embed
+
+    def set_input_embeddings(self, value):
+        self.model.embed = value
+
+    def get_output_embeddings(self):
+        return None if self.config.tie_embeddings else self.lm_head
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, labels=None,
+                return_dict=None, **kwargs):
+        Z = self.model(input_ids, attention_mask=attention_mask, position_ids=position_ids)
+        W = self.model.embed.weight if self.config.tie_embeddings else self.lm_head.weight
+        logits = F.linear(Z, W)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]),
+                                   labels[:, 1:].reshape(-1), ignore_index=-100)
+        return CausalLMOutputWithPast(loss=loss, logits=logits)
+
+    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):
+        # No KV cache: the whole sequence every step.
+        return {"input_ids": input_ids, "attention_mask": attention_mask}
