@@ -77,7 +77,8 @@ expect_error "does not have:" import --from olmo --checkpoint "$work/official" -
 expect_error "transformer.blocks.0.ff_proj.weight (blocks.0.mlp.up.weight): \[352, 64\] in the file" \
   import --from olmo --checkpoint "$work/official" --config "$cfg" --set model.d_ff=128 --out "$work/bad"
 expect_error "already holds checkpoints" import --from olmo --checkpoint "$work/official" --config "$cfg" --out "$work/from_st"
-"$normlab" train --config "$src/configs/tiny/lm.yaml" --set "data.train=$kjv/shards" --set model.scheme=pre_norm \
+"$normlab" train --config "$src/configs/tiny/lm.yaml" --set "data.train=$kjv/shards" \
+  --set "data.tokenizer=$kjv/tokenizer.model" --set model.scheme=pre_norm \
   --set train.steps=1 --out "$work/pre" > /dev/null 2>&1 || fail "train pre_norm"
 expect_error "siamese_hybrid" export --format olmo --checkpoint "$work/pre" --out "$work/bad"
 [ ! -e "$work/bad" ] || fail "a failed command left $work/bad"
