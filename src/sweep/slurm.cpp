@@ -246,7 +246,8 @@ class SlurmLauncher final : public RunLauncher {
     } catch (const nlohmann::json::exception& e) {
       throw FileError(state_file_ + ": unreadable (" + e.what() + ")");
     }
-    for (const auto& [name, v] : j.value("jobs", nlohmann::json::object()).items()) {
+    const nlohmann::json jobs = j.value("jobs", nlohmann::json::object());
+    for (const auto& [name, v] : jobs.items()) {
       for (size_t i = 0; i < names_.size(); ++i)
         if (names_[i] == name)
           jobs_[v.at("job").get<std::string>()] = {v.at("job").get<std::string>(), i,

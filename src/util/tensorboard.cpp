@@ -261,7 +261,8 @@ EventWriter::EventWriter(const std::string& folder, int64_t keep_up_to_step) {
     fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
     if (fd_ < 0 && (errno != EEXIST || i > 100)) tensorboard_fail(path_, "cannot create", errno);
   }
-  if (!append(tfrecord_frame(event_file_version(now)))) tensorboard_fail(path_, "cannot write", errno);
+  if (!append(tfrecord_frame(event_file_version(now))))
+    tensorboard_fail(path_, "cannot write", errno);
 }
 
 EventWriter::~EventWriter() {

@@ -13,6 +13,15 @@ cmd=${1:-} dir=${2:-}
 skip() { echo "SKIP: $*"; exit 77; }
 
 stop() {
+  # The jobs first (their slurmstepd outlives slurmd), then the daemons.
+  if [ -f "$dir/slurm.conf" ] && [ -f "$dir/run/slurmctld.pid" ]; then
+    SLURM_CONF=$dir/slurm.conf scancel --full --signal=KILL --user="$(id -un)" 2>/dev/null || true
+    SLURM_CONF=$dir/slurm.conf scancel --user="$(id -un)" 2>/dev/null || true
+    for _ in $(seq 100); do
+      [ -z "$(SLURM_CONF=$dir/slurm.conf squeue -h -o %i 2>/dev/null)" ] && break
+      sleep 0.2
+    done
+  fi
   for f in slurmd slurmctld munged; do
     [ -f "$dir/run/$f.pid" ] || continue
     pid=$(cat "$dir/run/$f.pid")
