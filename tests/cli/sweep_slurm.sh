@@ -12,7 +12,9 @@
 #      equals that of the same sweep run locally;
 #   3. a running job requeued (scontrol requeue) resumes from its checkpoint (train.log:
 #      "resumed from"); Ctrl-C of the sweep sends the job one SIGTERM: it checkpoints, the sweep
-#      exits 4; the same command again finishes the run.
+#      exits 4; the same command again finishes the run;
+#   4. early stopping (ASHA, one job at a time): the same stopped points, steps and validation
+#      losses as the same sweep run locally.
 # Usage: sweep_slurm.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
 set -euo pipefail
 normlab=$1 src=$2 kjv=$3 python=$4 work=$5
@@ -127,4 +129,18 @@ stopped_at=$("$python" -c "import json; print(json.load(open('$run/summary.json'
 grep -q '"status": "completed"' "$run/summary.json" || fail "the run did not complete"
 [ "$(grep -c "resumed from" "$run/train.log")" -eq 2 ] || { cat "$run/train.log"; fail "train.log: expected two resumptions (the requeue, then after Ctrl-C)"; }
 grep -q "resumed from .* at step $stopped_at" "$run/train.log" || fail "the last job did not resume from step $stopped_at"
-echo "PASS: Slurm sweeps: bad input, kill -9 and re-attach, scancel and resubmission, the local runner's report, requeue resumed, Ctrl-C at step $stopped_at ($(( $(date +%s) - t0 )) s)"
+echo "requeue and Ctrl-C: ok"
+
+# ---- 4. early stopping: the same decisions and losses as the local runner -----------------------
+asha=(sweep "${common[@]}" --scheme pre_norm --lr 1e-6,1e-5,1e-3,4e-3 --set train.steps=40 --set eval.every=10
+      --set eval.batches=4 --set checkpoint.every=10 --early-stop asha --reduction 3 --jobs 1)
+"$normlab" "${asha[@]}" --launcher slurm --out "$work/asha" > "$work/asha.out" 2>&1 || { cat "$work/asha.out"; fail "ASHA on Slurm"; }
+"$normlab" "${asha[@]}" --out "$work/asha_local" > "$work/asha_local.out" 2>&1 || { cat "$work/asha_local.out"; fail "ASHA locally"; }
+"$python" - "$work/asha/summary.json" "$work/asha_local/summary.json" <<'PY' || fail "ASHA on Slurm and locally differ"
+import json, sys
+a, b = ({r["run"]: (r["status"], r["steps"], r["val_loss"]) for r in json.load(open(p))["runs"]} for p in sys.argv[1:])
+assert a == b, (a, b)
+assert a["pre_norm-lr1e-6-s0"][:2] == ("stopped", 10), a
+PY
+grep -q "stopped early" "$work/asha.out" || fail "no early stopping on Slurm"
+echo "PASS: Slurm sweeps: bad input, kill -9 and re-attach, scancel and resubmission, the local runner's report, requeue resumed, Ctrl-C at step $stopped_at, early stopping as locally ($(( $(date +%s) - t0 )) s)"
