@@ -330,6 +330,7 @@ class SweepRunner {
       const int64_t r = asha_->rungs()[k];
       const auto v = val_loss_at(dir, r);
       if (!v || (!finished && r > step)) break;
+      if (running_to >= 0 && r >= running_to) break;  // its job reports that rung when it ends
       asha_->report(i, k, *v, /*passed=*/finished || r < step || o_.resume_stopped);
     }
   }
