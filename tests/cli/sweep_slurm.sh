@@ -14,7 +14,8 @@
 #      "resumed from"); Ctrl-C of the sweep sends the job one SIGTERM: it checkpoints, the sweep
 #      exits 4; the same command again finishes the run;
 #   4. early stopping (ASHA, one job at a time): the same stopped points, steps and validation
-#      losses as the same sweep run locally.
+#      losses as the same sweep run locally, also when the sweep is killed (kill -9) while a
+#      promoted point's job runs and the next sweep follows that job.
 # Usage: sweep_slurm.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
 set -euo pipefail
 normlab=$1 src=$2 kjv=$3 python=$4 work=$5
@@ -143,4 +144,16 @@ assert a == b, (a, b)
 assert a["pre_norm-lr1e-6-s0"][:2] == ("stopped", 10), a
 PY
 grep -q "stopped early" "$work/asha.out" || fail "no early stopping on Slurm"
-echo "PASS: Slurm sweeps: bad input, kill -9 and re-attach, scancel and resubmission, the local runner's report, requeue resumed, Ctrl-C at step $stopped_at, early stopping as locally ($(( $(date +%s) - t0 )) s)"
+# kill -9 of the sweep while a promoted point's job runs; the next sweep follows that job.
+"$normlab" "${asha[@]}" --launcher slurm --out "$work/asha_kill" > "$work/asha_kill1.out" 2>&1 &
+pid=$!
+wait_until 120 "a promotion" grep -qs "^resume" "$work/asha_kill1.out"
+kill -9 "$pid"; wait "$pid" 2>/dev/null || true
+"$normlab" "${asha[@]}" --launcher slurm --out "$work/asha_kill" > "$work/asha_kill2.out" 2>&1 || { cat "$work/asha_kill2.out"; fail "ASHA after kill -9"; }
+grep -q "^follow " "$work/asha_kill2.out" || { cat "$work/asha_kill1.out" "$work/asha_kill2.out"; fail "the promoted job was not followed"; }
+"$python" - "$work/asha_kill/summary.json" "$work/asha_local/summary.json" <<'PY' || fail "ASHA after kill -9 and re-attach differs from the local run"
+import json, sys
+a, b = ({r["run"]: (r["status"], r["steps"], r["val_loss"]) for r in json.load(open(p))["runs"]} for p in sys.argv[1:])
+assert a == b, (a, b)
+PY
+echo "PASS: Slurm sweeps: bad input, kill -9 and re-attach, scancel and resubmission, the local runner's report, requeue resumed, Ctrl-C at step $stopped_at, early stopping as locally, also across kill -9 ($(( $(date +%s) - t0 )) s)"
