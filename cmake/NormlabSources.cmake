@@ -45,6 +45,8 @@ set(NORMLAB_SOURCES
   nn/schemes/siamese_hybrid.cpp
   nn/weights.cpp
   sweep/asha.cpp
+  sweep/local_launcher.cpp
+  sweep/slurm.cpp
   sweep/sweep.cpp
   sweep/sweep_report.cpp
   train/checkpoint.cpp

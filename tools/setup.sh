@@ -37,6 +37,7 @@ packages=(
   libopenmpi-dev openmpi-bin                              # multi-process training on CPU (mpirun)
   bible-kjv                                               # the built-in default corpus
   python3 python3-venv                                    # venv for torch and the references
+  slurm-wlm munge                                         # a one-node Slurm for the sweep tests (tests/slurm/)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,12 +1,7 @@
-// The sweep runner: the state of each point on disk, and a small process scheduler that runs
-// `normlab train` children (fork + execve) `jobs` at a time. The grid: sweep_grid.cpp.
+// The sweep runner: the state of each point on disk, and a small scheduler that runs
+// `normlab train` for the points `jobs` at a time, through a launcher (launcher.h: local child
+// processes, or Slurm jobs). The grid: sweep_grid.cpp.
 #include "normlab/sweep/sweep.h"
-
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -25,6 +20,8 @@
 
 #include "normlab/config/config_io.h"
 #include "normlab/sweep/asha.h"
+#include "normlab/sweep/launcher.h"
+#include "normlab/sweep/slurm.h"
 #include "normlab/sweep/sweep_report.h"
 #include "normlab/train/checkpoint.h"
 #include "normlab/train/run_summary.h"
@@ -37,41 +34,6 @@ namespace {
 
 std::string crash_file(const std::string& run_dir) {
   return (fs::path(run_dir) / "sweep_status.json").string();
-}
-
-// A child's command line and environment, built before fork (nothing allocates after it).
-struct Launch {
-  std::vector<std::string> argv, envp;
-  std::string console;  // stdout + stderr, appended
-};
-
-pid_t spawn(const Launch& l) {
-  std::vector<char*> argv, envp;
-  for (const auto& a : l.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (const auto& e : l.envp) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error(std::string("sweep: fork failed: ") + std::strerror(errno));
-  if (pid == 0) {
-    // Own process group: the terminal's Ctrl-C reaches the sweep only, which then stops each
-    // child exactly once. Dies with the sweep (kill -9 of the sweep kills its children; their
-    // checkpoints are atomic, so the next sweep resumes them).
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(125);
-    const int fd = ::open(l.console.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd < 0) ::_exit(126);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    ::close(fd);
-    ::execvpe(argv[0], argv.data(), envp.data());  // normlab by its path; a launcher may be on PATH
-    const char msg[] = "normlab sweep: cannot execute the run's command (see the line above)\n";
-    [[maybe_unused]] const ssize_t n = ::write(2, msg, sizeof msg - 1);
-    ::_exit(127);
-  }
-  return pid;
 }
 
 std::vector<std::string> environment_with(const std::vector<std::string>& base,
@@ -242,6 +204,24 @@ std::optional<Asha> make_asha(const SweepSpec& spec) {
   return Asha(a);
 }
 
+// On Slurm: each run in its own allocation, on GPUs when it asks for them (or the config says
+// cuda); `jobs` (0: all) at a time in the queue.
+Placement place_slurm_runs(const SweepSpec& spec, const SweepOptions& o, size_t points) {
+  const RunConfig base = config_load(spec.config, spec.overrides);
+  if (spec.gpus_per_run > 0)
+    throw ConfigError(
+        "sweep: --gpus-per-run is for local runs; on Slurm give --nodes-per-run "
+        "and --gpus-per-node");
+  Placement pl;
+  pl.gpu =
+      base.train.device == "cuda" || (base.train.device == "auto" && o.slurm.gpus_per_node > 0);
+  if (pl.gpu && o.slurm.gpus_per_node <= 0)
+    throw ConfigError("sweep: train.device " + base.train.device +
+                      " on Slurm needs --gpus-per-node G (G ranks, one per GPU, on each node)");
+  pl.jobs = spec.jobs > 0 ? spec.jobs : static_cast<int>(points);
+  return pl;
+}
+
 Placement place_runs(const SweepSpec& spec, const SweepOptions& o) {
   const RunConfig base = config_load(spec.config, spec.overrides);
   Placement pl;
@@ -283,16 +263,28 @@ Placement place_runs(const SweepSpec& spec, const SweepOptions& o) {
 class SweepRunner {
  public:
   SweepRunner(const SweepSpec& spec, const SweepOptions& o, std::vector<SweepPoint> points,
-              Placement pl, std::optional<Asha> asha)
-      : spec_(spec), o_(o), points_(std::move(points)), pl_(std::move(pl)), asha_(std::move(asha)) {
-    slot_busy_.assign(pl_.gpu ? pl_.slots.size() : static_cast<size_t>(pl_.jobs), false);
+              Placement pl, std::optional<Asha> asha, std::unique_ptr<RunLauncher> launcher)
+      : spec_(spec),
+        o_(o),
+        points_(std::move(points)),
+        pl_(std::move(pl)),
+        asha_(std::move(asha)),
+        launcher_(std::move(launcher)) {
+    slot_busy_.assign(
+        pl_.gpu && !pl_.slots.empty() ? pl_.slots.size() : static_cast<size_t>(pl_.jobs), false);
   }
 
   SweepOutcome run() {
+    // Runs an earlier sweep here started that still run (Slurm jobs): followed, not started.
+    std::map<size_t, int64_t> attached;
+    for (const auto& [i, target] : launcher_->attach()) attached[i] = target;
     for (size_t i = 0; i < points_.size(); ++i) {
       const PointState st = point_state(dir_of(i));
-      if (asha_ && st != PointState::Pending) report_rungs(i, st);
-      if (st == PointState::Completed || st == PointState::Diverged)
+      if (asha_ && st != PointState::Pending)
+        report_rungs(i, st, attached.count(i) ? attached[i] : -1);
+      if (attached.count(i))
+        follow(i, attached[i]);
+      else if (st == PointState::Completed || st == PointState::Diverged)
         ++outcome_.skipped;
       else if (asha_ && asha_->paused_at(i) && !(st == PointState::Stopped && o_.resume_stopped))
         ;  // waits at its rung for a promotion
@@ -300,9 +292,11 @@ class SweepRunner {
         todo_.push_back(i);
     }
     say("sweep: " + std::to_string(points_.size()) + " runs (" + std::to_string(outcome_.skipped) +
-        " finished before, " + std::to_string(todo_.size()) + " to run), " +
-        std::to_string(pl_.jobs) + " at a time" +
-        (pl_.gpu ? " on GPUs"
+        " finished before, " +
+        (running_.empty() ? "" : std::to_string(running_.size()) + " still running, ") +
+        std::to_string(todo_.size()) + " to run), " + std::to_string(pl_.jobs) + " at a time" +
+        (!launcher_->where().empty() ? " " + launcher_->where()
+         : pl_.gpu                   ? " on GPUs"
          : pl_.env.count("OMP_NUM_THREADS")
              ? ", " + pl_.env.at("OMP_NUM_THREADS") + " thread(s) each"
              : ""));
@@ -317,7 +311,6 @@ class SweepRunner {
 
  private:
   struct Child {
-    pid_t pid;
     size_t point;
     size_t slot;
     std::chrono::steady_clock::time_point start;
@@ -328,14 +321,16 @@ class SweepRunner {
   // A point found on disk: the rungs it passed (finished before, or promoted then
   // interrupted) and the rung it waits at (its newest checkpoint is a rung with a validation
   // loss there).
-  void report_rungs(size_t i, PointState st) {
+  // `running_to` >= 0: the point runs (was promoted) towards that step, past the rungs below.
+  void report_rungs(size_t i, PointState st, int64_t running_to) {
     const std::string dir = dir_of(i);
-    const int64_t step = checkpoint_step(dir);
+    const int64_t step = running_to >= 0 ? running_to : checkpoint_step(dir);
     const bool finished = st == PointState::Completed || st == PointState::Diverged;
     for (size_t k = 0; k < asha_->rungs().size(); ++k) {
       const int64_t r = asha_->rungs()[k];
       const auto v = val_loss_at(dir, r);
       if (!v || (!finished && r > step)) break;
+      if (running_to >= 0 && r >= running_to) break;  // its job reports that rung when it ends
       asha_->report(i, k, *v, /*passed=*/finished || r < step || o_.resume_stopped);
     }
   }
@@ -368,7 +363,7 @@ class SweepRunner {
   bool poll() {
     const int stop = o_.stop ? o_.stop->load() : 0;
     if (stop > signalled_) {
-      for (const Child& c : running_) ::kill(c.pid, stop >= 2 ? SIGKILL : SIGTERM);
+      launcher_->stop(stop);
       if (signalled_ == 0 && !running_.empty())
         say("sweep: stopping " + std::to_string(running_.size()) +
             " run(s); each saves a checkpoint");
@@ -387,21 +382,30 @@ class SweepRunner {
       launch(todo_[next_++]);
     }
     if (running_.empty() && (stop != 0 || next_ >= todo_.size())) return false;
-    int wstatus = 0;
-    const pid_t pid = ::waitpid(-1, &wstatus, WNOHANG);
-    if (pid <= 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      return true;
-    }
+    const std::optional<RunEnd> end = launcher_->poll();
+    if (!end) return true;
     for (size_t i = 0; i < running_.size(); ++i)
-      if (running_[i].pid == pid) {
+      if (running_[i].point == end->point) {
         const Child c = running_[i];
         running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
         slot_busy_[c.slot] = false;
-        finish(c, wstatus);
+        finish(c, *end);
         break;
       }
     return true;
+  }
+
+  // A run an earlier sweep started, still going: followed like one launched now.
+  void follow(size_t idx, int64_t target) {
+    size_t slot = 0;
+    while (slot < slot_busy_.size() && slot_busy_[slot]) ++slot;
+    if (slot == slot_busy_.size()) slot_busy_.push_back(false);
+    slot_busy_[slot] = true;
+    running_.push_back(
+        {idx, slot, std::chrono::steady_clock::now(), fs::file_time_type::clock::now(), target});
+    ++followed_;
+    say("follow " + points_[idx].name + " (started by an earlier sweep, to step " +
+        std::to_string(target) + ")");
   }
 
   void launch(size_t idx) {
@@ -410,7 +414,10 @@ class SweepRunner {
     fs::create_directories(dir);
     const PointState before = point_state(dir);
     fs::remove(crash_file(dir));
-    Launch l;
+    RunStart l;
+    l.point = idx;
+    l.name = p.name;
+    l.dir = dir;
     // The child sees only its slot's devices, numbered from 0; K > 1 of them: K ranks (FSDP).
     l.argv = point_command(p, spec_.config, o_.normlab, dir, pl_.gpu,
                            pl_.gpu ? std::max(spec_.gpus_per_run, 1) : 1, o_.launcher);
@@ -420,13 +427,14 @@ class SweepRunner {
     int64_t target = steps;
     if (asha_ && !(before == PointState::Stopped && o_.resume_stopped))
       target = std::min(asha_->next_target(step), steps);
+    l.target = target;
     if (target < steps)
       l.argv.insert(l.argv.end(), {"--stop-after", std::to_string(target - step)});
     size_t slot = 0;
     while (slot_busy_[slot]) ++slot;
     std::map<std::string, std::string> child_env = pl_.env;
     if (pl_.gpu) child_env["CUDA_VISIBLE_DEVICES"] = pl_.slots[slot];
-    l.envp = environment_with(o_.environment, child_env);
+    l.env = environment_with(o_.environment, child_env);
     l.console = (fs::path(dir) / "console.log").string();
     {
       std::string cmd;
@@ -438,20 +446,21 @@ class SweepRunner {
                    cmd.c_str());
       std::fclose(f);
     }
-    running_.push_back({spawn(l), idx, slot, std::chrono::steady_clock::now(),
-                        fs::file_time_type::clock::now(), target});
+    const fs::file_time_type launched = fs::file_time_type::clock::now();
+    const std::string where = launcher_->start(l);
+    running_.push_back({idx, slot, std::chrono::steady_clock::now(), launched, target});
     slot_busy_[slot] = true;
     say(std::string(before == PointState::Pending ? "start  " : "resume ") + p.name +
-        (pl_.gpu ? " on GPU " + pl_.slots[slot] : "") +
-        (target < steps ? " to step " + std::to_string(target) : "") + " (log: " + l.console + ")");
+        (pl_.gpu && !pl_.slots.empty() ? " on GPU " + pl_.slots[slot] : "") +
+        (target < steps ? " to step " + std::to_string(target) : "") + " (" + where + ")");
   }
 
-  void finish(const Child& c, int wstatus) {
+  void finish(const Child& c, const RunEnd& end) {
     const SweepPoint& p = points_[c.point];
     const std::string dir = dir_of(c.point);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - c.start).count();
-    const int code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+    const int code = end.exit_code;
     std::string what;
     // A launcher (torchrun) reports any failing rank as exit 1, a diverged run included: its
     // own summary.json, written after this child started, says what happened.
@@ -473,7 +482,8 @@ class SweepRunner {
       return;
     }
     if (code == exit_code(RunStatus::Completed) || code == exit_code(RunStatus::Diverged) ||
-        code == exit_code(RunStatus::Interrupted) || fresh_summary) {
+        code == exit_code(RunStatus::Interrupted) || fresh_summary ||
+        (signalled_ > 0 && end.state == "CANCELLED")) {  // a queued job the sweep cancelled
       const PointState st = point_state(dir);
       what = std::string(enum_name(st));
       if (st == PointState::Completed)
@@ -487,17 +497,21 @@ class SweepRunner {
       if (r.diverged_at) what += " at step " + std::to_string(*r.diverged_at);
     } else {
       nlohmann::json j = {{"state", "crashed"}, {"exit_code", code}};
-      if (WIFSIGNALED(wstatus)) j["signal"] = WTERMSIG(wstatus);
+      if (end.signal) j["signal"] = end.signal;
+      if (!end.state.empty()) j["slurm_state"] = end.state;
+      if (!end.log.empty()) j["log"] = end.log;
       const std::string text = j.dump() + "\n";
       write_file_atomic(crash_file(dir), [&](FileWriter& w) { w.write(text); });
-      what = WIFSIGNALED(wstatus)
-                 ? "crashed (signal " + std::to_string(WTERMSIG(wstatus)) + ")"
-                 : "crashed (exit " + std::to_string(code) + "; see " + dir + "/console.log)";
+      const std::string log = end.log.empty() ? dir + "/console.log" : end.log;
+      what = !end.state.empty() ? "crashed (Slurm " + end.state + ", exit " + std::to_string(code) +
+                                      "; see " + log + ")"
+             : end.signal ? "crashed (signal " + std::to_string(end.signal) + ")"
+                          : "crashed (exit " + std::to_string(code) + "; see " + log + ")";
       ++outcome_.crashed;
     }
     ++done_;
-    say("[" + std::to_string(done_) + "/" + std::to_string(todo_.size()) + "] " + p.name + ": " +
-        what + " (" + format_number(secs, 0) + " s)");
+    say("[" + std::to_string(done_) + "/" + std::to_string(todo_.size() + followed_) + "] " +
+        p.name + ": " + what + " (" + format_number(secs, 0) + " s)");
     write_sweep_reports(o_.out, points_);
   }
 
@@ -506,11 +520,12 @@ class SweepRunner {
   const std::vector<SweepPoint> points_;
   const Placement pl_;
   std::optional<Asha> asha_;
+  std::unique_ptr<RunLauncher> launcher_;
   SweepOutcome outcome_;
   std::vector<size_t> todo_;  // indices of the points to run, in order
   std::vector<Child> running_;
   std::vector<bool> slot_busy_;
-  size_t next_ = 0, done_ = 0;
+  size_t next_ = 0, done_ = 0, followed_ = 0;
   int signalled_ = 0;  // the stop level already passed on to the children
 };
 
@@ -519,12 +534,22 @@ class SweepRunner {
 SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& o) {
   if (o.out.empty()) throw ConfigError("sweep: no output folder (--out)");
   std::vector<SweepPoint> points = sweep_points(spec);  // validates everything first
-  Placement pl = place_runs(spec, o);
+  Placement pl = o.use_slurm ? place_slurm_runs(spec, o, points.size()) : place_runs(spec, o);
   std::optional<Asha> asha = make_asha(spec);
   fs::create_directories(fs::path(o.out) / "runs");
   const FileLock lock((fs::path(o.out) / "sweep.lock").string(), "a normlab sweep runs there");
   check_or_write_manifest(spec, points, o.out);
-  return SweepRunner(spec, o, std::move(points), std::move(pl), std::move(asha)).run();
+  std::unique_ptr<RunLauncher> launcher;
+  if (o.use_slurm) {
+    std::vector<std::string> names;
+    for (const auto& p : points) names.push_back(p.name);
+    launcher = make_slurm_launcher(o.slurm, o.out, std::move(names), o.environment);
+  } else {
+    launcher = make_local_launcher();
+  }
+  return SweepRunner(spec, o, std::move(points), std::move(pl), std::move(asha),
+                     std::move(launcher))
+      .run();
 }
 
 }  // namespace normlab

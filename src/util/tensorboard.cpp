@@ -95,7 +95,7 @@ uint64_t get_varint(const std::string& s, size_t& pos) {
   throw std::invalid_argument("event: varint longer than 10 bytes");
 }
 
-[[noreturn]] void fail(const std::string& path, const std::string& what, int err) {
+[[noreturn]] void tensorboard_fail(const std::string& path, const std::string& what, int err) {
   throw FileError(path + ": " + what + ": " + std::strerror(err));
 }
 
@@ -259,9 +259,10 @@ EventWriter::EventWriter(const std::string& folder, int64_t keep_up_to_step) {
   for (int i = 0; fd_ < 0; ++i) {
     path_ = i == 0 ? base : base + "." + std::to_string(i);
     fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
-    if (fd_ < 0 && (errno != EEXIST || i > 100)) fail(path_, "cannot create", errno);
+    if (fd_ < 0 && (errno != EEXIST || i > 100)) tensorboard_fail(path_, "cannot create", errno);
   }
-  if (!append(tfrecord_frame(event_file_version(now)))) fail(path_, "cannot write", errno);
+  if (!append(tfrecord_frame(event_file_version(now))))
+    tensorboard_fail(path_, "cannot write", errno);
 }
 
 EventWriter::~EventWriter() {

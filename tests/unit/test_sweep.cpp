@@ -4,6 +4,7 @@
 
 #include "normlab/config/config_io.h"
 #include "normlab/sweep/asha.h"
+#include "normlab/sweep/slurm.h"
 #include "normlab/sweep/sweep.h"
 #include "normlab/sweep/sweep_report.h"
 #include "normlab/train/checkpoint.h"
@@ -354,4 +355,51 @@ TEST(Sweep, TableMarksTheBestLearningRatePerScheme) {
             std::string::npos)
       << csv;
   EXPECT_NE(sweep_json(rs, "t").find("\"pre_norm\": 0.001"), std::string::npos);
+}
+
+TEST(SweepSlurm, SbatchArgumentsSplitIntoOneOptionEach) {
+  EXPECT_EQ(
+      split_sbatch_args("--partition gpu --time=4:00:00  -A proj --exclusive"),
+      (std::vector<std::string>{"--partition gpu", "--time=4:00:00", "-A proj", "--exclusive"}));
+  EXPECT_TRUE(split_sbatch_args("  ").empty());
+}
+
+TEST(SweepSlurm, JobScriptAsksForTheNodesAndGpusAndResumes) {
+  RunStart run;
+  run.name = "pre_norm-lr1e-3-s0";
+  run.dir = "/sweeps/a b/runs/pre_norm-lr1e-3-s0";
+  run.argv = {"/bin/normlab", "train", "--set",   "model.scheme=pre_norm",
+              "--out",        run.dir, "--resume"};
+  run.target = 300;
+  SlurmOptions o;
+  o.nodes = 2;
+  o.gpus_per_node = 8;
+  o.sbatch_args = {"--partition gpu", "--time=1:00:00"};
+  const std::string s = slurm_job_script(run, o);
+  for (const char* line :
+       {"#!/bin/bash\n", "#SBATCH --job-name='normlab-pre_norm-lr1e-3-s0'\n",
+        "#SBATCH --output='/sweeps/a b/runs/pre_norm-lr1e-3-s0/slurm-%j.out'\n",
+        "#SBATCH --nodes=2\n", "#SBATCH --ntasks-per-node=8\n", "#SBATCH --gpus-per-node=8\n",
+        "#SBATCH --signal=B:TERM@120\n", "#SBATCH --requeue\n", "#SBATCH --partition gpu\n",
+        "#SBATCH --time=1:00:00\n", "cd '/sweeps/a b/runs/pre_norm-lr1e-3-s0' || exit 1\n",
+        "scancel --signal=TERM \"$SLURM_JOB_ID\"",
+        "srun '/bin/normlab' 'train' '--set' 'model.scheme=pre_norm' '--out' "
+        "'/sweeps/a b/runs/pre_norm-lr1e-3-s0' '--resume' &\n"})
+    EXPECT_NE(s.find(line), std::string::npos) << line << "\nnot in:\n" << s;
+  // The options sbatch reads come before the first command.
+  EXPECT_LT(s.rfind("#SBATCH"), s.find("\ncd "));
+  // CPU: one task, no GPUs.
+  o.gpus_per_node = 0;
+  o.nodes = 1;
+  const std::string cpu = slurm_job_script(run, o);
+  EXPECT_NE(cpu.find("#SBATCH --ntasks-per-node=1\n"), std::string::npos);
+  EXPECT_EQ(cpu.find("--gpus-per-node"), std::string::npos);
+}
+
+TEST(SweepSlurm, SingleQuotesInArgumentsAreQuoted) {
+  RunStart run;
+  run.name = "p";
+  run.dir = "/d";
+  run.argv = {"it's"};
+  EXPECT_NE(slurm_job_script(run, SlurmOptions{}).find("srun 'it'\\''s' &"), std::string::npos);
 }

@@ -1,9 +1,12 @@
 // normlab sweep --config BASE.yaml --lr 4e-4,1e-3 --scheme pre_norm,siamese_hybrid [--seed 0,1]
 //               [--set k=v ...] [--jobs N] [--gpus-per-run K] --out DIR
+//               [--launcher slurm [--slurm-args "..."] [--nodes-per-run N --gpus-per-node G]]
 // normlab sweep --sweep configs/sweeps/mini.yaml [flags that replace the file's] --out DIR
 // normlab sweep --out DIR --report    (rebuild the reports and plots of DIR, run nothing)
 // SIGINT/SIGTERM: the first one stops each running child once (it checkpoints, exit 4) and
 // launches nothing more; a second one kills the children. Re-running the command continues.
+// On Slurm the same holds for the sweep's jobs (scancel); a killed sweep leaves them running,
+// and the same command again follows them (SWEEP_DIR/slurm_jobs.json).
 #include <csignal>
 #include <filesystem>
 #include <iostream>
@@ -38,6 +41,8 @@ Runner setup_sweep(CLI::App& sub) {
     bool report = false, no_plots = false, resume_stopped = false;
     std::string early_stop;
     int64_t min_steps = 0, reduction = 0;
+    std::string launcher = "local", slurm_args;
+    int nodes_per_run = 1, gpus_per_node = 0;
   };
   auto o = std::make_shared<Options>();
   sub.add_option("--config", o->config, "base run configuration (YAML)")->check(CLI::ExistingFile);
@@ -65,6 +70,16 @@ Runner setup_sweep(CLI::App& sub) {
       ->check(CLI::Range(int64_t{2}, int64_t{1000}));
   sub.add_flag("--resume-stopped", o->resume_stopped,
                "run the points that early stopping stopped to the end");
+  sub.add_option("--launcher", o->launcher,
+                 "local: child processes here (default); slurm: each run an sbatch job")
+      ->check(CLI::IsMember({"local", "slurm"}));
+  sub.add_option("--slurm-args", o->slurm_args,
+                 "extra sbatch options of every job, e.g. \"--partition=gpu --time=24:00:00\"");
+  sub.add_option("--nodes-per-run", o->nodes_per_run, "Slurm: nodes of each run (default 1)")
+      ->check(CLI::PositiveNumber);
+  sub.add_option("--gpus-per-node", o->gpus_per_node,
+                 "Slurm: GPUs of each node, one rank each (default 0: CPU, one task)")
+      ->check(CLI::NonNegativeNumber);
   sub.add_option("--out", o->out, "sweep folder (default: sweeps/<sweep or config name>)");
   sub.add_flag("--report", o->report, "only rebuild the reports and plots of --out");
   sub.add_flag("--no-plots", o->no_plots, "do not run tools/plot_sweep.py");
@@ -145,6 +160,16 @@ Runner setup_sweep(CLI::App& sub) {
     }
     opts.stop = &g_sweep_stop;
     opts.resume_stopped = o->resume_stopped;
+    if (o->launcher != "slurm" &&
+        (!o->slurm_args.empty() || o->nodes_per_run != 1 || o->gpus_per_node != 0))
+      throw std::invalid_argument(
+          "--slurm-args, --nodes-per-run and --gpus-per-node need --launcher slurm");
+    opts.use_slurm = o->launcher == "slurm";
+    opts.slurm.sbatch_args = split_sbatch_args(o->slurm_args);
+    opts.slurm.nodes = o->nodes_per_run;
+    opts.slurm.gpus_per_node = o->gpus_per_node;
+    if (const char* p = std::getenv("NORMLAB_SLURM_POLL"); p && *p)  // seconds; tests
+      opts.slurm.poll_seconds = std::atof(p);
     opts.say = [](const std::string& line) { std::cout << line << std::endl; };
     const SweepOutcome r = run_sweep(spec, opts);
     std::cout << "sweep: " << r.completed << " completed, " << r.diverged << " diverged, "

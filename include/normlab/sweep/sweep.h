@@ -16,6 +16,7 @@
 
 #include "normlab/config/config.h"
 #include "normlab/config/sweep_grid.h"
+#include "normlab/sweep/slurm.h"
 
 namespace normlab {
 
@@ -61,6 +62,8 @@ struct SweepOptions {
       nullptr;  // 1: stop children (SIGTERM) and launch no more; 2: kill them
   std::function<void(const std::string&)> say;  // progress lines (may be empty)
   bool resume_stopped = false;  // run the points that early stopping stopped to the end
+  bool use_slurm = false;       // each run a Slurm job (slurm.h) instead of a child process
+  SlurmOptions slurm;           // with use_slurm
 };
 
 struct SweepOutcome {
@@ -68,7 +71,8 @@ struct SweepOutcome {
   int64_t steps_saved = 0;  // by early stopping, against the whole grid run to the end
 };
 
-/// Runs every point not yet finished, `jobs` at a time, then writes the reports. With
+/// Runs every point not yet finished, `jobs` at a time (on Slurm: jobs in the queue, 0 = all),
+/// then writes the reports. With
 /// spec.early_stop.asha each point runs rung by rung (`--stop-after`, pausing with a checkpoint)
 /// and only the points ASHA promotes go on (asha.h); the others end as stopped. Throws when
 /// SWEEP_DIR holds a different sweep or another sweep is running in it.
