@@ -118,7 +118,8 @@ _site=\$("\$_py" -c 'import importlib.util, os; print(os.path.dirname(os.path.di
 # The pack's own libraries are found through RUNPATH; LD_LIBRARY_PATH adds torch's, and
 # compat/ only when the system libstdc++ lacks the newest symbol version the pack needs ($need).
 _libs=\$_site/torch/lib
-_sys=\$(/sbin/ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 .*x86-64/ { print \$NF; exit }')
+# awk reads all of ldconfig's output (no early exit): under pipefail a SIGPIPE would fail this.
+_sys=\$(/sbin/ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 .*x86-64/ && !f { print \$NF; f = 1 }')
 if [ -n "$need" ] && { [ -z "\$_sys" ] || ! grep -aq "$need" "\$_sys"; }; then _libs=\$_pack/compat:\$_libs; fi
 for _d in "\$_site"/nvidia/*/lib; do [ -d "\$_d" ] && _libs=\$_libs:\$_d; done
 export LD_LIBRARY_PATH=\$_libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
