@@ -299,6 +299,15 @@ std::string checkpoint_save_sharded(const std::string& run_dir, const Checkpoint
 
 int64_t checkpoint_world(const std::string& dir) { return world_of(read_state_json(dir), dir); }
 
+std::string checkpoint_folder_of(const std::string& source) {
+  if (fs::exists(fs::path(source) / "state.json")) return source;
+  const auto latest = checkpoint_latest(source);
+  if (!latest)
+    throw CheckpointError(source +
+                          ": neither a checkpoint folder nor a run folder with checkpoints");
+  return *latest;
+}
+
 std::optional<std::string> checkpoint_latest(const std::string& run_dir) {
   const auto all = complete_checkpoints(run_dir);
   if (all.empty()) return std::nullopt;

@@ -10,35 +10,12 @@
 #include "normlab/nn/weights.h"
 #include "normlab/train/checkpoint.h"
 #include "normlab/util/file_io.h"
+#include "train/model_json.h"
 
 namespace normlab {
 namespace fs = std::filesystem;
 
 namespace {
-
-// A YAML scalar from config_flatten as a JSON value of the right type.
-nlohmann::json json_value(const std::string& text) {
-  if (text == "~" || text == "null") return nullptr;
-  if (text == "true") return true;
-  if (text == "false") return false;
-  if (text.size() >= 2 && text.front() == '"') return text.substr(1, text.size() - 2);
-  char* end = nullptr;
-  const long long i = std::strtoll(text.c_str(), &end, 10);
-  if (end && *end == '\0' && !text.empty()) return i;
-  const double d = std::strtod(text.c_str(), &end);
-  if (end && *end == '\0' && !text.empty()) return d;
-  return text;
-}
-
-// The checkpoint folder of `source` (itself, or a run folder's newest).
-std::string checkpoint_of(const std::string& source) {
-  if (fs::exists(fs::path(source) / "state.json")) return source;
-  const auto latest = checkpoint_latest(source);
-  if (!latest)
-    throw CheckpointError(source +
-                          ": neither a checkpoint folder nor a run folder with checkpoints");
-  return *latest;
-}
 
 // The weights must build the configured model.
 void check_weights(const ModelConfig& cfg, const TensorDict& weights, const std::string& where) {
@@ -52,26 +29,46 @@ void check_weights(const ModelConfig& cfg, const TensorDict& weights, const std:
 
 }  // namespace
 
+// A YAML scalar from config_flatten as a JSON value of the right type.
+static nlohmann::json yaml_scalar_json(const std::string& text) {
+  if (text == "~" || text == "null") return nullptr;
+  if (text == "true") return true;
+  if (text == "false") return false;
+  if (text.size() >= 2 && text.front() == '"') return text.substr(1, text.size() - 2);
+  char* end = nullptr;
+  const long long i = std::strtoll(text.c_str(), &end, 10);
+  if (end && *end == '\0' && !text.empty()) return i;
+  const double d = std::strtod(text.c_str(), &end);
+  if (end && *end == '\0' && !text.empty()) return d;
+  return text;
+}
+
+nlohmann::json model_keys_json(const ModelConfig& model) {
+  RunConfig cfg;
+  cfg.model = model;
+  nlohmann::json keys = nlohmann::json::object();
+  for (const auto& [key, value] : config_flatten(cfg)) {
+    if (key.rfind("model.", 0) != 0) continue;
+    nlohmann::json* at = &keys;  // model.siamese.depth_scale -> {"siamese": {"depth_scale": ...}}
+    std::string rest = key.substr(6);
+    for (size_t dot; (dot = rest.find('.')) != std::string::npos; rest = rest.substr(dot + 1))
+      at = &(*at)[rest.substr(0, dot)];
+    (*at)[rest] = yaml_scalar_json(value);
+  }
+  return keys;
+}
+
 std::string export_model(const std::string& source, const std::string& out_dir, WriteFault* fault) {
-  const std::string ckpt_dir = checkpoint_of(source);
+  const std::string ckpt_dir = checkpoint_folder_of(source);
   const Checkpoint ck = checkpoint_consolidate(ckpt_dir);  // a whole checkpoint loads as it is
   const std::string config_path = (fs::path(ckpt_dir) / "config.yaml").string();
   const RunConfig cfg = config_load(config_path);
   check_weights(cfg.model, ck.model, ckpt_dir);
 
-  nlohmann::json model = nlohmann::json::object();
-  for (const auto& [key, value] : config_flatten(cfg)) {
-    if (key.rfind("model.", 0) != 0) continue;
-    nlohmann::json* at = &model;  // model.siamese.depth_scale -> {"siamese": {"depth_scale": ...}}
-    std::string rest = key.substr(6);
-    for (size_t dot; (dot = rest.find('.')) != std::string::npos; rest = rest.substr(dot + 1))
-      at = &(*at)[rest.substr(0, dot)];
-    (*at)[rest] = json_value(value);
-  }
   const nlohmann::json config = {{"format", "normlab"},
                                  {"version", 1},
                                  {"architecture", "DecoderLM"},
-                                 {"model", model},
+                                 {"model", model_keys_json(cfg.model)},
                                  {"checkpoint", fs::absolute(ckpt_dir).string()},
                                  {"step", ck.state.step}};
 
@@ -137,7 +134,7 @@ LoadedModel load_model(const std::string& source, torch::Device device) {
     }
     return m;
   }
-  m.from = checkpoint_of(source);
+  m.from = checkpoint_folder_of(source);
   const RunConfig cfg = config_load((fs::path(m.from) / "config.yaml").string());
   const bool sharded = checkpoint_world(m.from) > 1;
   const std::string weights = sharded ? m.from : (fs::path(m.from) / "model.safetensors").string();

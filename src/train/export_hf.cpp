@@ -8,41 +8,12 @@
 #include "normlab/train/export.h"
 #include "normlab/util/file_io.h"
 #include "normlab/util/safetensors.h"
+#include "train/model_json.h"
 
 namespace normlab {
 namespace fs = std::filesystem;
 
 namespace {
-
-// A YAML scalar from config_flatten as a JSON value of the right type.
-nlohmann::json scalar_json(const std::string& text) {
-  if (text == "~" || text == "null") return nullptr;
-  if (text == "true") return true;
-  if (text == "false") return false;
-  if (text.size() >= 2 && text.front() == '"') return text.substr(1, text.size() - 2);
-  char* end = nullptr;
-  const long long i = std::strtoll(text.c_str(), &end, 10);
-  if (end && *end == '\0' && !text.empty()) return i;
-  const double d = std::strtod(text.c_str(), &end);
-  if (end && *end == '\0' && !text.empty()) return d;
-  return text;
-}
-
-// Every model key, nested as in YAML (model.siamese.depth_scale -> {"siamese": {...}}).
-nlohmann::json model_keys(const ModelConfig& model) {
-  RunConfig cfg;
-  cfg.model = model;
-  nlohmann::json keys = nlohmann::json::object();
-  for (const auto& [key, value] : config_flatten(cfg)) {
-    if (key.rfind("model.", 0) != 0) continue;
-    nlohmann::json* at = &keys;
-    std::string rest = key.substr(6);
-    for (size_t dot; (dot = rest.find('.')) != std::string::npos; rest = rest.substr(dot + 1))
-      at = &(*at)[rest.substr(0, dot)];
-    (*at)[rest] = scalar_json(value);
-  }
-  return keys;
-}
 
 // The module name of modeling_normlab.py for a normlab parameter name.
 std::string hf_name(const std::string& name) {
@@ -87,7 +58,7 @@ std::string export_model_hf(const std::string& source, const std::string& out_di
   const LoadedModel m = load_model(source);
   const ModelConfig& model = m.model->config;
   const int64_t max_length = m.seq_len > 0 ? m.seq_len : 2048;
-  nlohmann::json config = model_keys(model);
+  nlohmann::json config = model_keys_json(model);
   config.update({{"architectures", {"NormlabForCausalLM"}},
                  {"model_type", "normlab"},
                  {"auto_map",

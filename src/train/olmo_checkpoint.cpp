@@ -59,16 +59,6 @@ std::string listed(const std::vector<std::string>& names) {
   return s;
 }
 
-// The checkpoint folder of `source` (itself, or a run folder's newest).
-std::string checkpoint_folder(const std::string& source) {
-  if (fs::exists(fs::path(source) / "state.json")) return source;
-  const auto latest = checkpoint_latest(source);
-  if (!latest)
-    throw CheckpointError(source +
-                          ": neither a checkpoint folder nor a run folder with checkpoints");
-  return *latest;
-}
-
 }  // namespace
 
 void olmo_check_config(const ModelConfig& cfg) {
@@ -183,7 +173,7 @@ std::string olmo_import(const std::string& file_or_dir, const RunConfig& cfg,
 }
 
 std::string olmo_export(const std::string& source, const std::string& out_dir) {
-  const std::string ckpt_dir = checkpoint_folder(source);
+  const std::string ckpt_dir = checkpoint_folder_of(source);
   const RunConfig cfg = config_load((fs::path(ckpt_dir) / "config.yaml").string());
   olmo_check_config(cfg.model);
   const TensorDict weights = checkpoint_load_model(ckpt_dir);

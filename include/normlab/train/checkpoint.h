@@ -81,6 +81,9 @@ int64_t checkpoint_world(const std::string& dir);
 
 /// The newest complete checkpoint folder of a run, if any.
 std::optional<std::string> checkpoint_latest(const std::string& run_dir);
+/// The checkpoint folder that `source` names: itself (it holds a state.json) or a run folder's
+/// newest checkpoint; CheckpointError when it is neither.
+std::string checkpoint_folder_of(const std::string& source);
 
 /// Checks every file a checkpoint folder lists (all ranks of a sharded one) against its size and
 /// CRC-32; throws CheckpointError naming the file. Returns the files checked (empty for a folder
