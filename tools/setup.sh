@@ -3,21 +3,24 @@
 #   1. Debian packages (build tools, libraries, the built-in corpus), only the missing ones;
 #   2. a project-local Python venv (.venv, or $NORMLAB_VENV) with torch==2.11.0, the LibTorch
 #      distribution the build links against and the runtime of tests/reference/;
-#   3. in that venv, the interop packages (docs/interop.md): transformers, tokenizers, lm-eval
-#      and accelerate, protobuf (about 0.8 GB installed; their tests skip without them).
+#   3. with --tests (tools/test.sh), what only tests use: a one-node Slurm (slurm-wlm, munge)
+#      and, in the venv, the interop packages (docs/interop.md): transformers, tokenizers,
+#      lm-eval, accelerate, protobuf (about 0.8 GB installed). Their tests skip without them,
+#      and the demo does not wait for them.
 # A second run with everything present takes a second or two.
-# Usage: tools/setup.sh [--no-python]
+# Usage: tools/setup.sh [--no-python] [--tests]
 # Env:   NORMLAB_VENV  venv folder (default: <repo>/.venv)
 set -euo pipefail
 
 TORCH_VERSION=2.11.0
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv=${NORMLAB_VENV:-$root/.venv}
-with_python=1
+with_python=1 with_tests=0
 for arg in "$@"; do
   case $arg in
     --no-python) with_python=0 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    --tests) with_tests=1 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -37,8 +40,9 @@ packages=(
   libopenmpi-dev openmpi-bin                              # multi-process training on CPU (mpirun)
   bible-kjv                                               # the built-in default corpus
   python3 python3-venv                                    # venv for torch and the references
-  slurm-wlm munge                                         # a one-node Slurm for the sweep tests (tests/slurm/)
 )
+# a one-node Slurm for the sweep tests (tests/slurm/)
+((with_tests)) && packages+=(slurm-wlm munge)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -93,7 +97,7 @@ PY
   # The Hugging Face export and lm-eval tests (docs/interop.md), at the versions they were
   # checked with; importlib.metadata answers in well under a second when they are present.
   interop=("transformers==5.25.0" "tokenizers==0.23.3" "lm-eval==0.4.13" "accelerate==1.16.0" protobuf)
-  if ! "$py" - "${interop[@]}" <<'PY' 2>/dev/null; then
+  if ((with_tests)) && ! "$py" - "${interop[@]}" <<'PY' 2>/dev/null; then
 import importlib.metadata as m, sys
 for spec in sys.argv[1:]:
     name, _, version = spec.partition("==")
