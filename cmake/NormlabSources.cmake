@@ -9,10 +9,10 @@ set(NORMLAB_SOURCES
   data/shard.cpp
   data/text_input.cpp
   data/tokenizer.cpp
-  dist/comm/mpi.cpp
-  dist/comm/nccl.cpp
-  dist/communicator.cpp
-  dist/fsdp.cpp
+  distributed/comm/mpi.cpp
+  distributed/comm/nccl.cpp
+  distributed/communicator.cpp
+  distributed/fsdp.cpp
   eval/diagnostics.cpp
   eval/evaluate.cpp
   eval/generate.cpp

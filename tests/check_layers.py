@@ -35,7 +35,7 @@ LAYERS = {
     "nn": 1,      # norms, linear, rope, attention, mlp, init, schemes, model, loss, fused ops, kernels, recompute
     "data": 1,    # tokenizer, shards, loader, text input, data prepare
     "config": 2,  # the run configuration, its YAML, sweep grids
-    "dist": 3,    # communicator, comm backends, FSDP
+    "distributed": 3,  # communicator, comm backends, FSDP
     "eval": 4,    # evaluate, tasks, diagnostics, generate, info: what the trainer evaluates with
     "train": 5,   # trainer, optimizer, schedule, checkpoints, stability, export
     "sweep": 6,   # sweeps and their reports

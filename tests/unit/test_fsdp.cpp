@@ -1,6 +1,6 @@
 // FSDP (fsdp.h), the communicator's launcher parsing (communicator.h) and sharded checkpoints
 // (checkpoint.h), in one process: ranks are threads joined by an in-memory communicator, so
-// the sharding logic is checked here quickly; tests/dist/fsdp.sh runs the real thing over MPI.
+// the sharding logic is checked here quickly; tests/distributed/fsdp.sh runs the real thing over MPI.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -9,8 +9,8 @@
 #include <mutex>
 #include <thread>
 
-#include "normlab/dist/communicator.h"
-#include "normlab/dist/fsdp.h"
+#include "normlab/distributed/communicator.h"
+#include "normlab/distributed/fsdp.h"
 #include "normlab/nn/model.h"
 #include "normlab/train/checkpoint.h"
 #include "normlab/train/optimizer.h"

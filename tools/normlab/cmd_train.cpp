@@ -14,7 +14,7 @@
 #include "command.h"
 #include "fault.h"
 #include "normlab/config/config_io.h"
-#include "normlab/dist/communicator.h"
+#include "normlab/distributed/communicator.h"
 #include "normlab/train/trainer.h"
 #include "normlab/util/cpu_allocator.h"
 #include "normlab/util/device.h"

@@ -1,4 +1,4 @@
-#include "normlab/dist/fsdp.h"
+#include "normlab/distributed/fsdp.h"
 #include "normlab/util/error.h"
 
 #include <torch/csrc/autograd/custom_function.h>

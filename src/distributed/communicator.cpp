@@ -1,11 +1,11 @@
-#include "normlab/dist/communicator.h"
+#include "normlab/distributed/communicator.h"
 #include "normlab/util/error.h"
 
 #include <torch/torch.h>
 
 #include <charconv>
 
-#include "dist/comm/backends.h"
+#include "distributed/comm/backends.h"
 
 namespace normlab {
 

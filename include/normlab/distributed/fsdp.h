@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "normlab/config/config.h"
-#include "normlab/dist/communicator.h"
+#include "normlab/distributed/communicator.h"
 #include "normlab/nn/model.h"
 #include "normlab/util/safetensors.h"
 

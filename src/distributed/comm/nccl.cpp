@@ -6,7 +6,7 @@
 // trainer's scalars) travel through the device. Built with NORMLAB_WITH_NCCL (a CUDA build
 // with nccl.h); this file alone defines USE_C10D_NCCL, which the c10d headers need.
 #include "build_config.h"
-#include "dist/comm/backends.h"
+#include "distributed/comm/backends.h"
 #include "normlab/util/error.h"
 
 #if NORMLAB_WITH_NCCL

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "build_config.h"
-#include "dist/comm/backends.h"
+#include "distributed/comm/backends.h"
 
 #if NORMLAB_WITH_MPI
 #define OMPI_SKIP_MPICXX 1  // the C API only

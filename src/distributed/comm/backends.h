@@ -3,7 +3,7 @@
 
 #include <memory>
 
-#include "normlab/dist/communicator.h"
+#include "normlab/distributed/communicator.h"
 
 namespace normlab::comm {
 
