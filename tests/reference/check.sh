@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # CTest's checks of the PyTorch reference and its golden files (tests/CMakeLists.txt):
 #   check.sh regenerate SOURCE_DIR WORK_DIR [PYTHON]   make_goldens.py into WORK_DIR/golden,
-#                                                     then the same file names as
-#                                                     tests/data/golden and each file identical
-#                                                     byte for byte (cmp)
+#                                                     then compare_goldens.py against
+#                                                     tests/data/golden: the same files and
+#                                                     tensors, values within the bounds it derives
+#   check.sh mutant SOURCE_DIR WORK_DIR [PYTHON]       the same with LayerNorm's eps changed in a
+#                                                     copy of the reference (by +1e-3, then by a
+#                                                     factor 1 + 1e-3): every LayerNorm golden
+#                                                     must fail by orders of magnitude
 #   check.sh self_check SOURCE_DIR WORK_DIR [PYTHON]   self_check.py on tests/data/golden
 # Exits 77 (Skipped) when PYTHON is absent or lacks torch, numpy or safetensors; prints PASS.
 set -uo pipefail
 mode=${1:-} src=${2:-} work=${3:-} python=${4:-}
 if [ -z "$mode" ] || [ -z "$src" ] || [ -z "$work" ]; then
-  echo "usage: check.sh regenerate|self_check SOURCE_DIR WORK_DIR [PYTHON]" >&2
+  echo "usage: check.sh regenerate|mutant|self_check SOURCE_DIR WORK_DIR [PYTHON]" >&2
   exit 2
 fi
 if [ -z "$python" ] || ! "$python" -c "import torch, numpy, safetensors" >/dev/null 2>&1; then
@@ -22,22 +26,32 @@ case $mode in
     rm -rf "$work" && mkdir -p "$work/golden" || exit 1
     "$python" "$src/tests/reference/make_goldens.py" --out "$work/golden" >"$work/make_goldens.log" 2>&1 \
       || { cat "$work/make_goldens.log"; echo "FAIL: make_goldens.py failed"; exit 1; }
-    fail=0
-    made=$(cd "$work/golden" && ls -- *.safetensors | sort)
-    committed=$(cd "$golden" && ls -- *.safetensors | sort)
-    if [ "$made" != "$committed" ]; then
-      echo "FAIL: the files differ in name from tests/data/golden:"
-      diff <(echo "$committed") <(echo "$made") | sed -n 's/^[<>]/  &/p'
-      fail=1
-    fi
-    n=0
-    for f in $made; do
-      [ -f "$golden/$f" ] || continue
-      n=$((n + 1))
-      cmp -s "$work/golden/$f" "$golden/$f" || { echo "FAIL: $f differs from tests/data/golden/$f"; fail=1; }
+    "$python" "$src/tests/reference/compare_goldens.py" "$work/golden" "$golden" \
+      || { echo "FAIL: (after an intended change, regenerate with: python tests/reference/make_goldens.py --out tests/data/golden)"; exit 1; }
+    echo "golden regenerate: $(ls "$golden" | wc -l) files within bounds: PASS"
+    ;;
+  mutant)
+    # A copy of the reference with LayerNorm's eps changed (each mutation in turn); the LayerNorm
+    # cases only.
+    rm -rf "$work" && mkdir -p "$work" || exit 1
+    for mutation in "eps + 1e-3" "eps * (1 + 1e-3)"; do
+      ref=$work/ref && rm -rf "$ref" "$work/golden" && mkdir -p "$ref" "$work/golden" && cp "$src"/tests/reference/*.py "$ref/"
+      "$python" - "$ref/normlab_ref.py" "$mutation" <<'PY' || exit 1
+import sys
+path, mutation = sys.argv[1], sys.argv[2]
+text = open(path).read()
+line = "y = (xc - mean) / torch.sqrt(var + eps)"
+if text.count(line) != 1:
+    sys.exit(f"FAIL: the mutation site '{line}' is not in normlab_ref.py once")
+open(path, "w").write(text.replace(line, f"y = (xc - mean) / torch.sqrt(var + ({mutation}))"))
+PY
+      "$python" "$ref/make_goldens.py" --out "$work/golden" --cases '*layernorm*' >"$work/make_goldens.log" 2>&1 \
+        || { cat "$work/make_goldens.log"; echo "FAIL: make_goldens.py failed"; exit 1; }
+      echo -n "LayerNorm eps -> $mutation: "
+      "$python" "$ref/compare_goldens.py" "$work/golden" "$golden" --expect-fail 1e3 \
+        || { echo "FAIL: the mutant is not caught by orders of magnitude"; exit 1; }
     done
-    [ $fail -eq 0 ] || { echo "(regenerate with: python tests/reference/make_goldens.py --out tests/data/golden)"; exit 1; }
-    echo "golden regenerate: $n files byte-identical: PASS"
+    echo "golden mutant: caught: PASS"
     ;;
   self_check)
     mkdir -p "$work" || exit 1
