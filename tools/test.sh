@@ -13,6 +13,11 @@ t0=$(date +%s)
 "$root/tools/setup.sh" --tests  # with what only the tests use (Slurm, the interop packages)
 NORMLAB_SKIP_SETUP=1 "$root/tools/build.sh"
 t1=$(date +%s)
+# The CPU kernels ATen dispatches to (AVX-512, AVX2, the portable ones; ATEN_CPU_CAPABILITY
+# lowers them): the golden, oracle and training tests pass with each (.ci/run runs all).
+venv=${NORMLAB_VENV:-$root/.venv}
+cap=$("$venv/bin/python" -c 'import torch; print(torch.backends.cpu.get_cpu_capability())' 2>/dev/null || echo unknown)
+echo "test: ATen CPU capability $cap${ATEN_CPU_CAPABILITY:+ (ATEN_CPU_CAPABILITY=$ATEN_CPU_CAPABILITY)}"
 status=0
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
@@ -25,5 +30,5 @@ set -e
 skipped=$(grep -c '(Skipped)' "$out" || true)
 [ "$skipped" -eq 0 ] || echo "test: $skipped skipped here: $(grep '(Skipped)' "$out" | sed 's/.* - \(.*\) (Skipped)/\1/' | tr '\n' ' ')"
 t2=$(date +%s)
-echo "test: build phase $((t1 - t0)) s, tests $((t2 - t1)) s, $skipped skipped, exit $status"
+echo "test: build phase $((t1 - t0)) s, tests $((t2 - t1)) s, $skipped skipped, CPU capability $cap, exit $status"
 exit $status
