@@ -32,10 +32,16 @@ void trunc_normal_(torch::Tensor w, double std) {
   // u ~ U(Phi(-3), Phi(3)) mapped through the inverse normal CDF: sqrt(2) erfinv(2u - 1).
   const double lo = 0.5 * (1.0 + std::erf(-3.0 / std::sqrt(2.0)));
   const double hi = 0.5 * (1.0 + std::erf(3.0 / std::sqrt(2.0)));
-  w.uniform_(2.0 * lo - 1.0, 2.0 * hi - 1.0);
-  w.erfinv_();
-  w.mul_(std * std::sqrt(2.0));
-  w.clamp_(-3.0 * std, 3.0 * std);
+  // Drawn and mapped in float64, then rounded to the parameter's dtype: ATen's vectorised and
+  // portable CPU kernels (ATEN_CPU_CAPABILITY) compute uniform_ and erfinv_ with different
+  // rounding, about one ulp of the draw; in float64 that ulp vanishes in the rounding to float32,
+  // so one seed gives the same float32 weights on every CPU.
+  torch::Tensor t = torch::empty(w.sizes(), w.options().dtype(torch::kDouble));
+  t.uniform_(2.0 * lo - 1.0, 2.0 * hi - 1.0);
+  t.erfinv_();
+  t.mul_(std * std::sqrt(2.0));
+  t.clamp_(-3.0 * std, 3.0 * std);
+  w.copy_(t);
 }
 
 void init_branches(const ModelConfig& cfg, int64_t layer, AttentionImpl& attn, MlpImpl& mlp) {
