@@ -19,6 +19,11 @@ Usage:
       current paths. Also reports current files missing from the mapping, mapping entries
       whose file does not exist, and new paths outside a layer folder. Exit 0 when clean.
 
+The unit tests mirror the layers: every file under tests/unit/ sits in tests/unit/<layer>/, the
+layer it mainly tests (tests may include any layer; only the folder is checked):
+        FILE: unit test not in a layer folder               a file directly in tests/unit/ or in
+                                                            a folder that is not a layer
+
 Includes understood: "normlab/<layer>/..." (quoted or <angled>), and quoted private headers of
 src/: relative to the including file's folder, then to src/ (e.g. "comm/backends.h" or
 "kernels/kernels.h" resolve to src/<path>), then to src/<layer>/ for each layer. Other includes
@@ -152,10 +157,26 @@ def resolve(repo, including, kind, name, exists):
     return None
 
 
+def unit_test_problems(repo):
+    """The files under tests/unit/ that are not in tests/unit/<layer>/, and how many were seen."""
+    base = os.path.join(repo, "tests", "unit")
+    problems, seen = [], 0
+    for dirpath, dirnames, filenames in os.walk(base):
+        dirnames.sort()
+        for name in sorted(filenames):
+            rel = os.path.relpath(os.path.join(dirpath, name), repo).replace(os.sep, "/")
+            parts = rel.split("/")[2:]
+            seen += 1
+            if len(parts) != 2 or parts[0] not in LAYERS:
+                problems.append("%s: unit test not in a layer folder (tests/unit/<layer>/: %s)"
+                                % (rel, ", ".join(LAYERS)))
+    return problems, seen
+
+
 def check_tree(repo):
     files = source_files(repo)
     present = set(files)
-    problems = []
+    problems, tests_seen = unit_test_problems(repo)
     checked = 0
     for rel in files:
         if rel in ALLOWED_ANYWHERE:
@@ -176,7 +197,7 @@ def check_tree(repo):
                 problems.append("%s:%d: %s includes a header that does not exist (%s)" % (rel, lineno, layer, name))
             elif wrong_way(layer, dst):
                 problems.append("%s:%d: %s includes %s (%s)" % (rel, lineno, layer, dst, name))
-    return files, checked, problems
+    return files, checked + tests_seen, problems
 
 
 def read_mapping(path):

@@ -1,5 +1,5 @@
 // Faster kernels for the CPU training step, each an autograd function with its own backward,
-// tested against the plain ATen composition (tests/unit/test_fused.cpp):
+// tested against the plain ATen composition (tests/unit/nn/test_fused.cpp):
 //   rms_norm(x, w, eps) = w * x * rsqrt(mean(x^2) + eps)    one pass per row (float32/float64)
 //   rope(x, cos, sin)   = x * cos + cat(-x2, x1) * sin      x (B, T, H, D), tables (T, D)
 //   linear(x, w)        = x w^T                             float32 GEMMs through oneDNN

@@ -49,8 +49,6 @@ std::vector<int32_t> by_words(const Tokenizer& tok, const std::string& text) {
   return out;
 }
 
-}  // namespace
-
 TEST_F(TokenizerTest, SpecialTokensAndVocabulary) {
   EXPECT_EQ(bpe().vocab_size(), 400);
   EXPECT_LE(unigram().vocab_size(), 400);  // unigram may stop short on a small corpus
@@ -102,3 +100,5 @@ TEST_F(TokenizerTest, TrainingRejectsBadRequests) {
   }
   EXPECT_THROW(Tokenizer(*dir_ / "corpus.txt"), TokenizerError);  // not a model
 }
+
+}  // namespace

@@ -77,8 +77,6 @@ class TrainerTest : public ::testing::Test {
 };
 test::ScratchDir* TrainerTest::dir_ = nullptr;
 
-}  // namespace
-
 TEST_F(TrainerTest, CompletesAndWritesItsOutputs) {
   test::ScratchDir run("run");
   const RunSummary s = train(config(), options(run.path));
@@ -303,3 +301,5 @@ TEST_F(TrainerTest, DiagnosticsObserveWithoutChangingTheRun) {
   EXPECT_EQ(steps_of(resumed / "diagnostics.jsonl"), (std::vector<int64_t>{3, 6, 8}));
   EXPECT_EQ(read_file(on / "diagnostics.jsonl"), read_file(resumed / "diagnostics.jsonl"));
 }
+
+}  // namespace

@@ -43,8 +43,6 @@ LoaderOptions opts(int64_t micro, int64_t global, int64_t rank, int64_t world, u
   return o;
 }
 
-}  // namespace
-
 TEST(Permute, IsABijectionForAnySize) {
   for (int64_t n : {1, 2, 3, 7, 64, 100, 1000, 4097}) {
     std::set<int64_t> seen;
@@ -155,3 +153,5 @@ TEST_F(LoaderTest, RejectsInconsistentBatchSizes) {
   EXPECT_THROW(TokenDataset(*dir_ / "shards", "nope", 16), ShardError);
   EXPECT_THROW(TokenDataset(*dir_ / "shards", "val", 1 << 20), ShardError);  // no full sample
 }
+
+}  // namespace

@@ -1,7 +1,7 @@
 // FSDP (fsdp.h), the communicator's launcher parsing (communicator.h) and sharded checkpoints
 // (checkpoint.h), in one process: ranks are threads joined by an in-memory communicator, so
-// the sharding logic is checked here quickly; tests/distributed/fsdp.sh runs the real thing over
-// MPI.
+// the sharding logic is checked here quickly; tests/distributed/fsdp.sh runs the real thing
+// over MPI.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
