@@ -58,6 +58,9 @@ set(NORMLAB_SOURCES
   train/schedule.cpp
   train/stability.cpp
   train/trainer.cpp
+  train/trainer_logs.cpp
+  train/trainer_resume.cpp
+  train/trainer_setup.cpp
   util/cpu_allocator.cpp
   util/device.cpp
   util/file_io.cpp
