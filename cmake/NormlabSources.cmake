@@ -3,6 +3,8 @@
 set(NORMLAB_SOURCES
   config/config.cpp
   config/config_io.cpp
+  config/config_reference.cpp
+  config/sweep_file.cpp
   config/sweep_grid.cpp
   data/data_prepare.cpp
   data/loader.cpp

@@ -111,29 +111,9 @@ Runner setup_sweep(CLI::App& sub) {
       throw std::invalid_argument("give --config BASE.yaml or --sweep FILE");
     SweepSpec spec = o->sweep.empty() ? SweepSpec{} : sweep_load(o->sweep);
     if (!o->config.empty()) spec.config = o->config;
-    if (!o->lr.empty()) spec.lrs = parse_lr_list(o->lr);
-    if (!o->scheme.empty()) {
-      spec.schemes.clear();
-      std::stringstream ss(o->scheme);
-      for (std::string s; std::getline(ss, s, ',');)
-        spec.schemes.push_back(enum_from_name<Scheme>(s, "--scheme"));
-    }
-    if (!o->seed.empty()) {
-      spec.seeds.clear();
-      std::stringstream ss(o->seed);
-      for (std::string s; std::getline(ss, s, ',');) {
-        size_t used = 0;
-        unsigned long long v = 0;
-        try {
-          v = std::stoull(s, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != s.size() || s[0] == '-')
-          throw std::invalid_argument("--seed: '" + s + "' is not a seed");
-        spec.seeds.push_back(v);
-      }
-    }
+    if (!o->lr.empty()) sweep_set_axis(spec, "lr", o->lr, "--lr");
+    if (!o->scheme.empty()) sweep_set_axis(spec, "scheme", o->scheme, "--scheme");
+    if (!o->seed.empty()) sweep_set_axis(spec, "seed", o->seed, "--seed");
     spec.overrides.insert(spec.overrides.end(), o->overrides.begin(), o->overrides.end());
     if (o->jobs >= 0) spec.jobs = o->jobs;
     if (o->gpus_per_run >= 0) spec.gpus_per_run = o->gpus_per_run;
