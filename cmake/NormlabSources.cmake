@@ -48,8 +48,11 @@ set(NORMLAB_SOURCES
   nn/weights.cpp
   sweep/asha.cpp
   sweep/local_launcher.cpp
+  sweep/placement.cpp
+  sweep/point_state.cpp
   sweep/slurm.cpp
   sweep/sweep.cpp
+  sweep/sweep_manifest.cpp
   sweep/sweep_report.cpp
   train/checkpoint.cpp
   train/export.cpp
@@ -59,6 +62,7 @@ set(NORMLAB_SOURCES
   train/run_summary.cpp
   train/schedule.cpp
   train/stability.cpp
+  train/train_flags.cpp
   train/trainer.cpp
   train/trainer_logs.cpp
   train/trainer_resume.cpp

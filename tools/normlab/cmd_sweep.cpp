@@ -12,11 +12,10 @@
 #include <iostream>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "command.h"
 #include "normlab/config/config_io.h"
 #include "normlab/sweep/sweep.h"
+#include "normlab/sweep/sweep_manifest.h"
 #include "normlab/sweep/sweep_report.h"
 #include "normlab/util/file_io.h"
 #include "python_tool.h"
@@ -93,15 +92,7 @@ Runner setup_sweep(CLI::App& sub) {
   return [o] {
     if (o->report) {
       if (o->out.empty()) throw std::invalid_argument("--report needs --out DIR");
-      const auto manifest =
-          nlohmann::json::parse(read_file((fs::path(o->out) / "sweep.json").string()));
-      std::vector<SweepPoint> points;
-      for (const auto& p : manifest.at("points"))
-        points.push_back({enum_from_name<Scheme>(p.at("scheme").get<std::string>(), "scheme"),
-                          p.at("lr").get<double>(),
-                          p.at("seed").get<uint64_t>(),
-                          p.at("name").get<std::string>(),
-                          {}});
+      const std::vector<SweepPoint> points = sweep_manifest_read(o->out).points;
       write_sweep_reports(o->out, points);
       std::cout << "reports: " << o->out << "/summary.md, summary.csv, summary.json\n";
       if (!o->no_plots) run_python_tool("plot_sweep.py", {o->out}, "plots");
