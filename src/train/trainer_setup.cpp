@@ -175,7 +175,7 @@ void Trainer::Impl::build_model() {
   if (fp64) fo.param_dtype = fo.reduce_dtype = torch::kDouble;
   fsdp_dtypes = std::string(", gathers in ") + short_name(fo.param_dtype) + ", reductions in " +
                 short_name(fo.reduce_dtype);
-  fsdp = std::make_unique<Fsdp>(model, comm, fo, cfg.optimizer);
+  fsdp = std::make_unique<Fsdp>(model, comm, fo, weight_decay_names(*model, cfg.optimizer));
   std::vector<OptParam> pieces;
   for (const ShardPiece& p : fsdp->pieces()) pieces.push_back({p.name, p.param, p.decay});
   opt = std::make_unique<AdamW>(pieces, cfg.optimizer);
