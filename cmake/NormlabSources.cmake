@@ -20,6 +20,7 @@ set(NORMLAB_SOURCES
   eval/generate.cpp
   eval/info.cpp
   eval/tasks.cpp
+  nn/activation_checkpointing.cpp
   nn/add_rms_norm.cpp
   nn/attention.cpp
   nn/fused.cpp
@@ -31,7 +32,6 @@ set(NORMLAB_SOURCES
   nn/model.cpp
   nn/model_config.cpp
   nn/norm.cpp
-  nn/recompute.cpp
   nn/rope.cpp
   nn/scheme.cpp
   nn/schemes/common.cpp

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <map>
 
-#include "normlab/nn/recompute.h"
+#include "normlab/nn/activation_checkpointing.h"
 
 namespace normlab {
 
@@ -207,8 +207,8 @@ void Fsdp::before_forward() {
 Streams Fsdp::run_block(size_t layer, SchemeBlockImpl& block, const Streams& in) {
   Unit& u = *units_.at(layer);
   gather_and_prefetch(layer, /*backward=*/false);
-  Streams out = checkpoints_block(options_.checkpoint_every, layer)
-                    ? checkpointed_forward(block, in)
+  Streams out = activation_checkpointed(options_.activation_checkpointing_every, layer)
+                    ? activation_checkpointed_forward(block, in)
                     : block.forward(in);
   if (torch::GradMode::is_enabled()) {
     u.pending = static_cast<int64_t>(u.params.size());

@@ -122,12 +122,13 @@ EvalReport Trainer::Impl::evaluate() {
 
 void Trainer::Impl::diagnose(int64_t completed, nlohmann::json& line) {
   const auto t0 = Clock::now();
-  model->hooks = nullptr;  // the diagnostics take gradients with autograd::grad: no recompute
+  model->hooks =
+      nullptr;  // the diagnostics take gradients with autograd::grad: no activation checkpointing
   DiagnosticsOptions options;
   options.top_k = cfg.diagnostics.top_k;
   options.pruning = cfg.diagnostics.pruning;
   DiagnosticsReport d = run_diagnostics(*model, diag_batch.inputs, diag_batch.targets, options);
-  if (recompute_every > 0) model->hooks = recomputed_blocks.get();
+  if (activation_checkpointing_every > 0) model->hooks = activation_checkpointed_blocks.get();
   d.step = completed;
   write_diagnostics(d);
   const double secs = seconds_since(t0);

@@ -28,8 +28,8 @@
 #include "normlab/distributed/fsdp.h"
 #include "normlab/eval/diagnostics.h"
 #include "normlab/eval/tasks.h"
+#include "normlab/nn/activation_checkpointing.h"
 #include "normlab/nn/model.h"
-#include "normlab/nn/recompute.h"
 #include "normlab/train/checkpoint.h"
 #include "normlab/train/optimizer.h"
 #include "normlab/train/stability.h"
@@ -101,8 +101,9 @@ struct Trainer::Impl {
   DecoderLM model{nullptr};
   std::vector<torch::Tensor> params;
   int64_t n_params = 0;
-  int64_t recompute_every = 0;  // activation checkpointing of every k-th block; 0 none
-  std::unique_ptr<CheckpointedBlocks> recomputed_blocks;  // single process
+  int64_t activation_checkpointing_every =
+      0;  // activation checkpointing of every k-th block; 0 none
+  std::unique_ptr<ActivationCheckpointedBlocks> activation_checkpointed_blocks;  // single process
   std::unique_ptr<Fsdp> fsdp;
   std::unique_ptr<AdamW> opt;
   std::string fsdp_dtypes;  // for the log

@@ -148,21 +148,23 @@ void Trainer::Impl::build_model() {
     params.push_back(p);
     n_params += p.numel();
   }
-  recompute_every = cfg.train.activation_checkpointing == Recompute::None ? 0
-                    : cfg.train.activation_checkpointing == Recompute::Block
-                        ? 1
-                        : cfg.train.selective_every;
+  activation_checkpointing_every =
+      cfg.train.activation_checkpointing == ActivationCheckpointing::None ? 0
+      : cfg.train.activation_checkpointing == ActivationCheckpointing::Block
+          ? 1
+          : cfg.train.selective_every;
   if (!sharded) {
     std::vector<std::pair<std::string, torch::Tensor>> named;
     for (const auto& p : model->named_parameters()) named.emplace_back(p.key(), p.value());
     opt = std::make_unique<AdamW>(named, cfg.optimizer);
-    recomputed_blocks = std::make_unique<CheckpointedBlocks>(recompute_every);
-    if (recompute_every > 0) model->hooks = recomputed_blocks.get();
+    activation_checkpointed_blocks =
+        std::make_unique<ActivationCheckpointedBlocks>(activation_checkpointing_every);
+    if (activation_checkpointing_every > 0) model->hooks = activation_checkpointed_blocks.get();
     return;
   }
   FsdpOptions fo;
   fo.reshard_after_forward = cfg.distributed.reshard_after_forward;
-  fo.checkpoint_every = recompute_every;
+  fo.activation_checkpointing_every = activation_checkpointing_every;
   fo.prefetch = cfg.distributed.prefetch;
   // auto: the compute dtype (bf16 under autocast) for gathers; reductions follow the gathers.
   const auto dtype_of = [](Precision p, torch::ScalarType automatic) {

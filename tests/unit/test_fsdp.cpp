@@ -173,7 +173,8 @@ void expect_sharded_gradients(Scheme scheme, int world, bool tied, bool reshard,
     DecoderLM model = build(cfg, 7);
     FsdpOptions o;
     o.reshard_after_forward = reshard;
-    o.checkpoint_every = checkpoint ? 2 : 0;  // blocks 0, 2, ...: checkpointed and plain ones
+    o.activation_checkpointing_every =
+        checkpoint ? 2 : 0;  // blocks 0, 2, ...: checkpointed and plain ones
     o.param_dtype = gather;
     o.reduce_dtype = reduce;
     Fsdp fsdp(model, comm, o, weight_decay_names(*model, OptimizerConfig{}));

@@ -44,8 +44,8 @@ namespace normlab {
 
 struct FsdpOptions {
   bool reshard_after_forward = true;  // free each block's gathered parameters after its forward
-  // Activation checkpointing (nn/recompute.h) of every k-th block; 0: none.
-  int64_t checkpoint_every = 0;
+  // Activation checkpointing (nn/activation_checkpointing.h) of every k-th block; 0: none.
+  int64_t activation_checkpointing_every = 0;
   bool prefetch = true;  // start the next unit's all-gather before running this one
   torch::ScalarType param_dtype =
       torch::kFloat;  // all-gather dtype (kFloat, kBFloat16; fp64 model: kDouble)
