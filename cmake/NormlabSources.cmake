@@ -3,6 +3,8 @@
 set(NORMLAB_SOURCES
   config/config.cpp
   config/config_io.cpp
+  config/config_reference.cpp
+  config/sweep_file.cpp
   config/sweep_grid.cpp
   data/data_prepare.cpp
   data/loader.cpp
@@ -18,6 +20,7 @@ set(NORMLAB_SOURCES
   eval/generate.cpp
   eval/info.cpp
   eval/tasks.cpp
+  nn/activation_checkpointing.cpp
   nn/add_rms_norm.cpp
   nn/attention.cpp
   nn/fused.cpp
@@ -29,7 +32,6 @@ set(NORMLAB_SOURCES
   nn/model.cpp
   nn/model_config.cpp
   nn/norm.cpp
-  nn/recompute.cpp
   nn/rope.cpp
   nn/scheme.cpp
   nn/schemes/common.cpp
@@ -46,8 +48,11 @@ set(NORMLAB_SOURCES
   nn/weights.cpp
   sweep/asha.cpp
   sweep/local_launcher.cpp
+  sweep/placement.cpp
+  sweep/point_state.cpp
   sweep/slurm.cpp
   sweep/sweep.cpp
+  sweep/sweep_manifest.cpp
   sweep/sweep_report.cpp
   train/checkpoint.cpp
   train/export.cpp
@@ -57,7 +62,11 @@ set(NORMLAB_SOURCES
   train/run_summary.cpp
   train/schedule.cpp
   train/stability.cpp
+  train/train_flags.cpp
   train/trainer.cpp
+  train/trainer_logs.cpp
+  train/trainer_resume.cpp
+  train/trainer_setup.cpp
   util/cpu_allocator.cpp
   util/device.cpp
   util/file_io.cpp

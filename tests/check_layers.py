@@ -37,7 +37,7 @@ import sys
 # The layer order, lowest first. Equal rank = siblings: neither may include the other.
 LAYERS = {
     "util": 0,    # file I/O, safetensors, logging, names, errors
-    "nn": 1,      # norms, linear, rope, attention, mlp, init, schemes, model, loss, fused ops, kernels, recompute
+    "nn": 1,      # norms, linear, rope, attention, mlp, init, schemes, model, loss, fused ops, kernels, activation checkpointing
     "data": 1,    # tokenizer, shards, loader, text input, data prepare
     "config": 2,  # the run configuration, its YAML, sweep grids
     "distributed": 3,  # communicator, comm backends, FSDP

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <map>
 
-#include "normlab/nn/recompute.h"
+#include "normlab/nn/activation_checkpointing.h"
 
 namespace normlab {
 
@@ -58,7 +58,7 @@ struct GatherBeforeBackward : torch::autograd::Function<GatherBeforeBackward> {
 }  // namespace
 
 Fsdp::Fsdp(DecoderLM model, Communicator& comm, const FsdpOptions& options,
-           const OptimizerConfig& opt)
+           const std::set<std::string>& decayed)
     : model_(std::move(model)), comm_(comm), options_(options) {
   TORCH_CHECK(model_->hooks == nullptr, "Fsdp: the model is already wrapped");
   // Shards keep the model's dtype (fp32, or fp64 for exact checks); gathers and reductions run
@@ -113,7 +113,7 @@ Fsdp::Fsdp(DecoderLM model, Communicator& comm, const FsdpOptions& options,
         piece.name = q.name;
         piece.start = lo - q.offset;
         piece.shape = q.shape;
-        piece.decay = decays(q.name, q.tensor.dim(), opt);
+        piece.decay = decayed.count(q.name) > 0;
         piece.param = u.shard_param.narrow(0, lo - r * u.shard, hi - lo);
         piece.param.set_requires_grad(true);
         piece.param.mutable_grad() = u.shard_grad.narrow(0, lo - r * u.shard, hi - lo);
@@ -207,8 +207,8 @@ void Fsdp::before_forward() {
 Streams Fsdp::run_block(size_t layer, SchemeBlockImpl& block, const Streams& in) {
   Unit& u = *units_.at(layer);
   gather_and_prefetch(layer, /*backward=*/false);
-  Streams out = checkpoints_block(options_.checkpoint_every, layer)
-                    ? checkpointed_forward(block, in)
+  Streams out = activation_checkpointed(options_.activation_checkpointing_every, layer)
+                    ? activation_checkpointed_forward(block, in)
                     : block.forward(in);
   if (torch::GradMode::is_enabled()) {
     u.pending = static_cast<int64_t>(u.params.size());

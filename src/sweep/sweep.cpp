@@ -1,56 +1,34 @@
-// The sweep runner: the state of each point on disk, and a small scheduler that runs
-// `normlab train` for the points `jobs` at a time, through a launcher (launcher.h: local child
-// processes, or Slurm jobs). The grid: sweep_grid.cpp.
+// The sweep runner: a small scheduler that runs `normlab train` for the points `jobs` at a
+// time, through a launcher (launcher.h: local child processes, or Slurm jobs), with early
+// stopping (asha.h). The grid: sweep_grid.cpp; where the runs compute: placement.cpp; a point's
+// state on disk: point_state.cpp; the manifest: sweep_manifest.cpp.
 #include "normlab/sweep/sweep.h"
 
-#include <nlohmann/json.hpp>
-
+#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <map>
 #include <optional>
-#include <set>
-#include <sstream>
 #include <stdexcept>
-#include <thread>
 
 #include "normlab/config/config_io.h"
 #include "normlab/sweep/asha.h"
 #include "normlab/sweep/launcher.h"
+#include "normlab/sweep/point_state.h"
 #include "normlab/sweep/slurm.h"
+#include "normlab/sweep/sweep_manifest.h"
 #include "normlab/sweep/sweep_report.h"
-#include "normlab/train/checkpoint.h"
 #include "normlab/train/run_summary.h"
-#include "normlab/util/device.h"
+#include "normlab/train/train_flags.h"
 #include "normlab/util/file_io.h"
+#include "sweep/placement.h"
 
 namespace normlab {
 namespace fs = std::filesystem;
 namespace {
-
-std::string crash_file(const std::string& run_dir) {
-  return (fs::path(run_dir) / "sweep_status.json").string();
-}
-
-std::vector<std::string> environment_with(const std::vector<std::string>& base,
-                                          const std::map<std::string, std::string>& set) {
-  std::vector<std::string> env;
-  for (const auto& kv : base)
-    if (!set.count(kv.substr(0, kv.find('=')))) env.push_back(kv);
-  for (const auto& [k, v] : set) env.push_back(k + "=" + v);
-  return env;
-}
-
-// The value of KEY in a KEY=VALUE list; nullopt when absent.
-std::optional<std::string> env_value(const std::vector<std::string>& env, const std::string& key) {
-  for (const auto& kv : env)
-    if (kv.compare(0, key.size() + 1, key + "=") == 0) return kv.substr(key.size() + 1);
-  return std::nullopt;
-}
 
 std::string now_text() {
   const std::time_t t = std::time(nullptr);
@@ -59,100 +37,7 @@ std::string now_text() {
   return buf;
 }
 
-// The step of a run folder's newest checkpoint (0 without one).
-int64_t checkpoint_step(const std::string& run_dir) {
-  const auto latest = checkpoint_latest(run_dir);  // ".../checkpoints/step-00000100"
-  if (!latest) return 0;
-  const std::string name = fs::path(*latest).filename().string();
-  return std::strtoll(name.c_str() + name.find('-') + 1, nullptr, 10);
-}
-
-// The validation loss that metrics.jsonl records at `step`, if any.
-std::optional<double> val_loss_at(const std::string& run_dir, int64_t step) {
-  std::error_code ec;
-  const std::string path = (fs::path(run_dir) / "metrics.jsonl").string();
-  if (!fs::exists(path, ec)) return std::nullopt;
-  std::istringstream in(read_file(path));
-  std::optional<double> v;
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.value("step", int64_t{-1}) == step && j.contains("val_loss") &&
-        j["val_loss"].is_number())
-      v = j["val_loss"].get<double>();
-  }
-  return v;
-}
-
-// sweep.json: what this folder sweeps. A second sweep with another base config or other
-// overrides in the same folder would mix incomparable runs, so it is refused.
-void check_or_write_manifest(const SweepSpec& spec, const std::vector<SweepPoint>& points,
-                             const std::string& out) {
-  const std::string path = (fs::path(out) / "sweep.json").string();
-  const std::string config = fs::weakly_canonical(spec.config).string();
-  if (fs::exists(path)) {
-    nlohmann::json old;
-    try {
-      old = nlohmann::json::parse(read_file(path));
-    } catch (const nlohmann::json::exception& e) {
-      throw ConfigError(path + ": unreadable sweep manifest (" + e.what() + ")");
-    }
-    const auto old_config = old.value("config", std::string());
-    const auto old_overrides = old.value("overrides", std::vector<std::string>());
-    if (old_config != config || old_overrides != spec.overrides) {
-      std::string had;
-      for (const auto& o : old_overrides) had += " --set " + o;
-      throw ConfigError(out + " holds a sweep of " + old_config +
-                        (had.empty() ? "" : " with" + had) +
-                        "; this one differs (config or --set): choose another --out");
-    }
-  }
-  nlohmann::json j = {{"format", "normlab-sweep"},
-                      {"version", 1},
-                      {"config", config},
-                      {"overrides", spec.overrides}};
-  for (const auto& p : points)
-    j["points"].push_back({{"name", p.name},
-                           {"scheme", std::string(enum_name(p.scheme))},
-                           {"lr", p.lr},
-                           {"seed", p.seed}});
-  const std::string text = j.dump(2) + "\n";
-  write_file_atomic(path, [&](FileWriter& w) { w.write(text); });
-}
-
 }  // namespace
-
-std::vector<std::string> gpu_slots(const std::vector<std::string>& devices, int per_run) {
-  if (per_run < 1) throw std::invalid_argument("gpu_slots: per_run must be at least 1");
-  std::vector<std::string> slots;
-  for (size_t i = 0; i + static_cast<size_t>(per_run) <= devices.size();
-       i += static_cast<size_t>(per_run)) {
-    std::string s;
-    for (int k = 0; k < per_run; ++k) s += (k ? "," : "") + devices[i + static_cast<size_t>(k)];
-    slots.push_back(s);
-  }
-  return slots;
-}
-
-PointState point_state(const std::string& run_dir) {
-  if (fs::exists(crash_file(run_dir))) {
-    try {  // {"state": "crashed" | "stopped", ...}
-      const auto j = nlohmann::json::parse(read_file(crash_file(run_dir)));
-      if (j.value("state", std::string()) == "stopped") return PointState::Stopped;
-    } catch (const std::exception&) {
-      // unreadable: a crash
-    }
-    return PointState::Crashed;
-  }
-  if (const auto s = run_summary_read(run_dir)) {  // unreadable: fall through to the checkpoints
-    switch (s->status) {
-      case RunStatus::Completed: return PointState::Completed;
-      case RunStatus::Diverged: return PointState::Diverged;
-      case RunStatus::Interrupted: return PointState::Interrupted;
-    }
-  }
-  if (fs::is_directory(run_dir) && checkpoint_latest(run_dir)) return PointState::Interrupted;
-  return PointState::Pending;
-}
 
 std::vector<std::string> point_command(const SweepPoint& p, const std::string& config,
                                        const std::string& normlab, const std::string& run_dir,
@@ -167,23 +52,18 @@ std::vector<std::string> point_command(const SweepPoint& p, const std::string& c
     argv.insert(argv.end(),
                 {"--no-python", "--standalone", "--nproc-per-node", std::to_string(ranks)});
   }
-  argv.insert(argv.end(), {normlab, "train", "--config", config});
-  for (const auto& s : p.overrides) argv.insert(argv.end(), {"--set", s});
-  if (gpu) argv.insert(argv.end(), {"--set", "train.device=cuda"});
-  argv.insert(argv.end(), {"--out", run_dir, "--resume"});
+  TrainArgs train;
+  train.config = config;
+  train.overrides = p.overrides;
+  if (gpu) train.overrides.push_back("train.device=cuda");
+  train.out = run_dir;
+  train.resume = true;
+  argv.push_back(normlab);
+  for (auto& a : train_command(train)) argv.push_back(std::move(a));
   return argv;
 }
 
 namespace {
-
-// Where the children compute: on GPUs, disjoint CUDA_VISIBLE_DEVICES slots, one run per slot;
-// on the CPU, `jobs` runs sharing the cores.
-struct Placement {
-  bool gpu = false;
-  std::vector<std::string> slots;  // CUDA_VISIBLE_DEVICES of each concurrent run (GPU)
-  int jobs = 1;
-  std::map<std::string, std::string> env;  // set in every child
-};
 
 // ASHA over the points, when the spec asks for early stopping: rungs from the points' shared
 // train.steps, each a multiple of eval.every so that a validation loss is measured there.
@@ -202,60 +82,6 @@ std::optional<Asha> make_asha(const SweepSpec& spec) {
                       " must be a multiple of eval.every = " + std::to_string(base.eval.every) +
                       ", so that every rung has a validation loss");
   return Asha(a);
-}
-
-// On Slurm: each run in its own allocation, on GPUs when it asks for them (or the config says
-// cuda); `jobs` (0: all) at a time in the queue.
-Placement place_slurm_runs(const SweepSpec& spec, const SweepOptions& o, size_t points) {
-  const RunConfig base = config_load(spec.config, spec.overrides);
-  if (spec.gpus_per_run > 0)
-    throw ConfigError(
-        "sweep: --gpus-per-run is for local runs; on Slurm give --nodes-per-run "
-        "and --gpus-per-node");
-  Placement pl;
-  pl.gpu =
-      base.train.device == "cuda" || (base.train.device == "auto" && o.slurm.gpus_per_node > 0);
-  if (pl.gpu && o.slurm.gpus_per_node <= 0)
-    throw ConfigError("sweep: train.device " + base.train.device +
-                      " on Slurm needs --gpus-per-node G (G ranks, one per GPU, on each node)");
-  pl.jobs = spec.jobs > 0 ? spec.jobs : static_cast<int>(points);
-  return pl;
-}
-
-Placement place_runs(const SweepSpec& spec, const SweepOptions& o) {
-  const RunConfig base = config_load(spec.config, spec.overrides);
-  Placement pl;
-  pl.gpu = base.train.device != "cpu" && (base.train.device != "auto" || cuda_available());
-  pl.jobs = spec.jobs;
-  if (pl.gpu) {
-    const int per_run = spec.gpus_per_run > 0 ? spec.gpus_per_run : 1;
-    std::vector<std::string> devices;
-    if (const auto v = env_value(o.environment, "CUDA_VISIBLE_DEVICES"); v && !v->empty()) {
-      std::stringstream ss(*v);
-      for (std::string d; std::getline(ss, d, ',');) devices.push_back(d);
-    } else {
-      for (const auto& d : cuda_devices()) devices.push_back(std::to_string(d.index));
-    }
-    pl.slots = gpu_slots(devices, per_run);
-    if (pl.slots.empty())
-      throw ConfigError("sweep: " + std::to_string(devices.size()) + " visible CUDA device(s), " +
-                        std::to_string(per_run) + " needed per run");
-    const int n = static_cast<int>(pl.slots.size());
-    if (pl.jobs == 0 || pl.jobs > n) pl.jobs = n;
-    return pl;
-  }
-  if (spec.gpus_per_run > 0)
-    throw ConfigError("sweep: --gpus-per-run " + std::to_string(spec.gpus_per_run) +
-                      " but the runs are on the CPU (train.device " + base.train.device +
-                      (cuda_available() ? ")" : ", no CUDA device)"));
-  if (pl.jobs == 0) pl.jobs = 1;
-  if (pl.jobs > 1 && !env_value(o.environment, "OMP_NUM_THREADS")) {
-    // Share the cores between the concurrent runs instead of oversubscribing them.
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    pl.env["OMP_NUM_THREADS"] =
-        std::to_string(std::max(1u, cores / static_cast<unsigned>(pl.jobs)));
-  }
-  return pl;
 }
 
 // One sweep invocation: launches the points still to run as children, at most `jobs` at a
@@ -324,11 +150,11 @@ class SweepRunner {
   // `running_to` >= 0: the point runs (was promoted) towards that step, past the rungs below.
   void report_rungs(size_t i, PointState st, int64_t running_to) {
     const std::string dir = dir_of(i);
-    const int64_t step = running_to >= 0 ? running_to : checkpoint_step(dir);
+    const int64_t step = running_to >= 0 ? running_to : point_checkpoint_step(dir);
     const bool finished = st == PointState::Completed || st == PointState::Diverged;
     for (size_t k = 0; k < asha_->rungs().size(); ++k) {
       const int64_t r = asha_->rungs()[k];
-      const auto v = val_loss_at(dir, r);
+      const auto v = point_val_loss_at(dir, r);
       if (!v || (!finished && r > step)) break;
       if (running_to >= 0 && r >= running_to) break;  // its job reports that rung when it ends
       asha_->report(i, k, *v, /*passed=*/finished || r < step || o_.resume_stopped);
@@ -341,9 +167,7 @@ class SweepRunner {
       const auto k = asha_->paused_at(i);
       if (!k) continue;
       const int64_t at = asha_->rungs()[*k];
-      const std::string text =
-          nlohmann::json({{"state", "stopped"}, {"step", at}, {"rung", *k}}).dump() + "\n";
-      write_file_atomic(crash_file(dir_of(i)), [&](FileWriter& w) { w.write(text); });
+      point_record_stopped(dir_of(i), at, *k);
       const RunConfig cfg = config_load(spec_.config, points_[i].overrides);
       ++outcome_.stopped;
       outcome_.steps_saved += cfg.train.steps - at;
@@ -413,7 +237,7 @@ class SweepRunner {
     const std::string dir = dir_of(idx);
     fs::create_directories(dir);
     const PointState before = point_state(dir);
-    fs::remove(crash_file(dir));
+    point_clear_record(dir);
     RunStart l;
     l.point = idx;
     l.name = p.name;
@@ -422,14 +246,14 @@ class SweepRunner {
     l.argv = point_command(p, spec_.config, o_.normlab, dir, pl_.gpu,
                            pl_.gpu ? std::max(spec_.gpus_per_run, 1) : 1, o_.launcher);
     // Early stopping: run to the next rung only (a stopped point resumed to the end: all).
-    const int64_t step = checkpoint_step(dir);
+    const int64_t step = point_checkpoint_step(dir);
     const int64_t steps = config_load(spec_.config, p.overrides).train.steps;
     int64_t target = steps;
     if (asha_ && !(before == PointState::Stopped && o_.resume_stopped))
       target = std::min(asha_->next_target(step), steps);
     l.target = target;
     if (target < steps)
-      l.argv.insert(l.argv.end(), {"--stop-after", std::to_string(target - step)});
+      l.argv.insert(l.argv.end(), {train_flags::kStopAfter.name, std::to_string(target - step)});
     size_t slot = 0;
     while (slot_busy_[slot]) ++slot;
     std::map<std::string, std::string> child_env = pl_.env;
@@ -469,9 +293,9 @@ class SweepRunner {
     const bool fresh_summary =
         fs::exists(summary, ec) && fs::last_write_time(summary, ec) >= c.launched;
     if (asha_ && code == exit_code(RunStatus::Interrupted) && signalled_ == 0 &&
-        checkpoint_step(dir) == c.target && asha_->rung_of(c.target)) {
+        point_checkpoint_step(dir) == c.target && asha_->rung_of(c.target)) {
       // Paused at a rung: its validation loss there decides whether it goes on.
-      const auto v = val_loss_at(dir, c.target);
+      const auto v = point_val_loss_at(dir, c.target);
       if (!v)
         throw DataError(dir + "/metrics.jsonl: no validation loss at rung step " +
                         std::to_string(c.target) + " (a validation split is needed)");
@@ -496,12 +320,7 @@ class SweepRunner {
       if (r.val_perplexity) what += ", val ppl " + format_number(*r.val_perplexity, 2);
       if (r.diverged_at) what += " at step " + std::to_string(*r.diverged_at);
     } else {
-      nlohmann::json j = {{"state", "crashed"}, {"exit_code", code}};
-      if (end.signal) j["signal"] = end.signal;
-      if (!end.state.empty()) j["slurm_state"] = end.state;
-      if (!end.log.empty()) j["log"] = end.log;
-      const std::string text = j.dump() + "\n";
-      write_file_atomic(crash_file(dir), [&](FileWriter& w) { w.write(text); });
+      point_record_crash(dir, {code, end.signal, end.state, end.log});
       const std::string log = end.log.empty() ? dir + "/console.log" : end.log;
       what = !end.state.empty() ? "crashed (Slurm " + end.state + ", exit " + std::to_string(code) +
                                       "; see " + log + ")"
@@ -538,7 +357,7 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& o) {
   std::optional<Asha> asha = make_asha(spec);
   fs::create_directories(fs::path(o.out) / "runs");
   const FileLock lock((fs::path(o.out) / "sweep.lock").string(), "a normlab sweep runs there");
-  check_or_write_manifest(spec, points, o.out);
+  sweep_manifest_write(o.out, spec, points);
   std::unique_ptr<RunLauncher> launcher;
   if (o.use_slurm) {
     std::vector<std::string> names;

@@ -1,4 +1,5 @@
-// A sweep's reports, built from the run folders (summary.json, sweep_status.json).
+// A sweep's reports, built from the run folders (summary.json, point_state.h) and the manifest
+// (sweep_manifest.h).
 #include "normlab/sweep/sweep_report.h"
 
 #include <nlohmann/json.hpp>
@@ -9,7 +10,8 @@
 #include <filesystem>
 #include <map>
 
-#include "normlab/train/checkpoint.h"
+#include "normlab/sweep/point_state.h"
+#include "normlab/sweep/sweep_manifest.h"
 #include "normlab/train/run_summary.h"
 #include "normlab/util/file_io.h"
 
@@ -103,20 +105,9 @@ PointResult read_point_result(const std::string& run_dir, const SweepPoint& poin
   } else if (fs::exists(fs::path(run_dir) / "summary.json")) {
     // unreadable: as if there were none (a crash mid-write)
   } else if (r.state == PointState::Interrupted) {
-    if (const auto latest = checkpoint_latest(run_dir)) {  // ".../checkpoints/step-00000100"
-      const std::string name = fs::path(*latest).filename().string();
-      r.steps = std::strtoll(name.c_str() + name.find('-') + 1, nullptr, 10);
-    }
+    r.steps = point_checkpoint_step(run_dir);
   }
-  if (r.state == PointState::Crashed) {
-    try {
-      const auto j =
-          nlohmann::json::parse(read_file((fs::path(run_dir) / "sweep_status.json").string()));
-      r.exit_code = j.value("exit_code", -1);
-    } catch (const std::exception&) {
-      r.exit_code = -1;
-    }
-  }
+  if (r.state == PointState::Crashed) r.exit_code = point_crash_exit_code(run_dir);
   if (r.state != PointState::Completed)
     r.val_perplexity.reset(), r.val_loss.reset();  // not final numbers
   return r;
@@ -291,9 +282,9 @@ std::vector<PointResult> write_sweep_reports(const std::string& sweep_dir,
     rs.push_back(read_point_result((fs::path(sweep_dir) / "runs" / p.name).string(), p));
   std::string title = sweep_dir;
   try {
-    const auto m = nlohmann::json::parse(read_file((fs::path(sweep_dir) / "sweep.json").string()));
-    title = m.value("config", title);
-    for (const auto& o : m.value("overrides", std::vector<std::string>())) title += " --set " + o;
+    const SweepManifest m = sweep_manifest_read(sweep_dir);
+    if (!m.config.empty()) title = m.config;
+    for (const auto& o : m.overrides) title += " --set " + o;
   } catch (const std::exception&) {
     // no manifest yet: the folder names the sweep
   }

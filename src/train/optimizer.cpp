@@ -17,6 +17,14 @@ std::vector<OptParam> grouped(const std::vector<std::pair<std::string, torch::Te
 }
 }  // namespace
 
+std::set<std::string> weight_decay_names(const torch::nn::Module& model,
+                                         const OptimizerConfig& cfg) {
+  std::set<std::string> out;
+  for (const auto& p : model.named_parameters())
+    if (decays(p.key(), p.value().dim(), cfg)) out.insert(p.key());
+  return out;
+}
+
 AdamW::AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
              const OptimizerConfig& cfg)
     : AdamW(grouped(named_params, cfg), cfg) {}

@@ -52,8 +52,8 @@ for f in config.json generation_config.json model.safetensors modeling_normlab.p
   configuration_normlab.py tokenizer.model tokenizer_config.json; do
   [ -s "$work/siamese/hf/$f" ] || fail "the HF export has no $f"
 done
-cmp "$work/siamese/hf/modeling_normlab.py" "$src/tools/hf/modeling_normlab.py" \
-  || fail "the exported modeling_normlab.py is not tools/hf's (rebuild: it is compiled in)"
+cmp "$work/siamese/hf/modeling_normlab.py" "$src/src/train/hf/modeling_normlab.py" \
+  || fail "the exported modeling_normlab.py is not src/train/hf's (rebuild: it is compiled in)"
 
 "$python" "$src/tests/cli/hf_check.py" "${dirs[@]}" || fail "the HF exports disagree with normlab"
 

@@ -118,9 +118,9 @@ expect_error() {  # expect_error MESSAGE ARGS...: exit 1, the message, and no sw
   [ ! -e "$work/bad" ] || fail "a rejected sweep left $work/bad behind"
 }
 expect_error "LAST must be above FIRST" "${base[@]}" --lr 1e-2:1e-4:3
-expect_error "unknown --scheme 'pre_nrom'" "${base[@]}" --scheme pre_norm,pre_nrom
+expect_error "--scheme: unknown value 'pre_nrom'" "${base[@]}" --scheme pre_norm,pre_nrom
 expect_error "did you mean 'train.steps'" "${base[@]}" --set train.stepz=3
-expect_error "'x' is not a seed" "${base[@]}" --seed 0,x
+expect_error "--seed: expected an integer, got 'x'" "${base[@]}" --seed 0,x
 expect_error "--gpus-per-run 2 but the runs are on the CPU" "${base[@]}" --set train.device=cpu --gpus-per-run 2
 printf 'config: %s\nlrs: [1e-3]\n' "$src/configs/tiny/lm.yaml" > "$work/typo.yaml"
 expect_error "lrs: unknown key (did you mean 'lr'?)" --sweep "$work/typo.yaml"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tools/hf/modeling_normlab.py (the model of `normlab export --format hf`) against the
+"""src/train/hf/modeling_normlab.py (the model of `normlab export --format hf`) against the
 independent reference (normlab_ref.py) in float64, for every scheme and switch, on the
 reference's own random weights: the logits agree to 1e-12 relative, and a batch with left and
 right padding (attention_mask) gives each sequence its unpadded logits.
@@ -11,7 +11,7 @@ import sys
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
-sys.path.insert(0, os.path.join(here, "..", "..", "tools", "hf"))
+sys.path.insert(0, os.path.join(here, "..", "..", "src", "train", "hf"))
 try:
     import torch
     from configuration_normlab import NormlabConfig

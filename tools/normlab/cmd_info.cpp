@@ -93,10 +93,11 @@ int run_info(const InfoOptions& o) {
   MemoryPlan plan;
   plan.seq_len = T;
   plan.micro_batch = o.micro_batch > 0 ? o.micro_batch : cfg.train.micro_batch;
-  std::cout << "\nmemory per GPU (estimate; micro-batch " << plan.micro_batch << ", seq_len " << T
-            << ", bf16 autocast, fp32 AdamW)\n"
-            << "  layout                                weights+grads+adam  working   activations  "
-               "logits    total\n";
+  std::cout
+      << "\nmemory per GPU (estimate; micro-batch " << plan.micro_batch << ", seq_len " << T
+      << ", bf16 autocast, fp32 AdamW)\n"
+      << "  layout                                      weights+grads+adam  working   activations  "
+         "logits    total\n";
   for (int fsdp = 0; fsdp < 2; ++fsdp) {
     for (int ac = 0; ac < 2; ++ac) {
       plan.fsdp = fsdp == 1;
@@ -105,9 +106,9 @@ int run_info(const InfoOptions& o) {
       const MemoryEstimate e = estimate_memory(m, plan);
       std::string label =
           plan.fsdp ? "FSDP over " + std::to_string(o.world_size) + " GPUs" : "replicated";
-      label += ac ? ", block checkpointing" : "";
+      label += ac ? ", activation checkpointing" : "";
       char line[256];
-      std::snprintf(line, sizeof line, "  %-38s%-20s%-10s%-13s%-10s%s\n", label.c_str(),
+      std::snprintf(line, sizeof line, "  %-44s%-20s%-10s%-13s%-10s%s\n", label.c_str(),
                     gib(e.weights + e.gradients + e.optimizer).c_str(), gib(e.working).c_str(),
                     gib(e.activations).c_str(), gib(e.logits).c_str(), gib(e.total()).c_str());
       std::cout << line;

@@ -12,11 +12,10 @@
 #include <iostream>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "command.h"
 #include "normlab/config/config_io.h"
 #include "normlab/sweep/sweep.h"
+#include "normlab/sweep/sweep_manifest.h"
 #include "normlab/sweep/sweep_report.h"
 #include "normlab/util/file_io.h"
 #include "python_tool.h"
@@ -93,15 +92,7 @@ Runner setup_sweep(CLI::App& sub) {
   return [o] {
     if (o->report) {
       if (o->out.empty()) throw std::invalid_argument("--report needs --out DIR");
-      const auto manifest =
-          nlohmann::json::parse(read_file((fs::path(o->out) / "sweep.json").string()));
-      std::vector<SweepPoint> points;
-      for (const auto& p : manifest.at("points"))
-        points.push_back({enum_from_name<Scheme>(p.at("scheme").get<std::string>(), "scheme"),
-                          p.at("lr").get<double>(),
-                          p.at("seed").get<uint64_t>(),
-                          p.at("name").get<std::string>(),
-                          {}});
+      const std::vector<SweepPoint> points = sweep_manifest_read(o->out).points;
       write_sweep_reports(o->out, points);
       std::cout << "reports: " << o->out << "/summary.md, summary.csv, summary.json\n";
       if (!o->no_plots) run_python_tool("plot_sweep.py", {o->out}, "plots");
@@ -111,29 +102,9 @@ Runner setup_sweep(CLI::App& sub) {
       throw std::invalid_argument("give --config BASE.yaml or --sweep FILE");
     SweepSpec spec = o->sweep.empty() ? SweepSpec{} : sweep_load(o->sweep);
     if (!o->config.empty()) spec.config = o->config;
-    if (!o->lr.empty()) spec.lrs = parse_lr_list(o->lr);
-    if (!o->scheme.empty()) {
-      spec.schemes.clear();
-      std::stringstream ss(o->scheme);
-      for (std::string s; std::getline(ss, s, ',');)
-        spec.schemes.push_back(enum_from_name<Scheme>(s, "--scheme"));
-    }
-    if (!o->seed.empty()) {
-      spec.seeds.clear();
-      std::stringstream ss(o->seed);
-      for (std::string s; std::getline(ss, s, ',');) {
-        size_t used = 0;
-        unsigned long long v = 0;
-        try {
-          v = std::stoull(s, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != s.size() || s[0] == '-')
-          throw std::invalid_argument("--seed: '" + s + "' is not a seed");
-        spec.seeds.push_back(v);
-      }
-    }
+    if (!o->lr.empty()) sweep_set_axis(spec, "lr", o->lr, "--lr");
+    if (!o->scheme.empty()) sweep_set_axis(spec, "scheme", o->scheme, "--scheme");
+    if (!o->seed.empty()) sweep_set_axis(spec, "seed", o->seed, "--seed");
     spec.overrides.insert(spec.overrides.end(), o->overrides.begin(), o->overrides.end());
     if (o->jobs >= 0) spec.jobs = o->jobs;
     if (o->gpus_per_run >= 0) spec.gpus_per_run = o->gpus_per_run;

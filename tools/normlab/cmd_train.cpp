@@ -15,6 +15,7 @@
 #include "fault.h"
 #include "normlab/config/config_io.h"
 #include "normlab/distributed/communicator.h"
+#include "normlab/train/train_flags.h"
 #include "normlab/train/trainer.h"
 #include "normlab/util/cpu_allocator.h"
 #include "normlab/util/device.h"
@@ -49,32 +50,15 @@ std::map<std::string, std::string> environment() {
 }  // namespace
 
 Runner setup_train(CLI::App& sub) {
-  struct Options {
-    std::string config;
-    std::vector<std::string> overrides;
-    std::string out;
-    bool resume = false;
-    std::string init_from;
-    int64_t stop_after = 0;
-    bool no_plots = false;
-  };
-  auto o = std::make_shared<Options>();
-  sub.add_option("--config", o->config, "run configuration (YAML)")
-      ->required()
-      ->check(CLI::ExistingFile);
-  sub.add_option("--set", o->overrides,
-                 "override a key: section.key=value (repeatable, applied in order)");
-  sub.add_option("--out", o->out, "run folder (default: runs/<config name>-<scheme>)");
-  sub.add_flag("--resume", o->resume, "continue from the run folder's newest checkpoint");
-  sub.add_option("--init-from", o->init_from,
-                 "initial weights: a model.safetensors, or a checkpoint step or export folder "
-                 "holding one (names and shapes must match the config's model; a checkpoint "
-                 "found by --resume wins)")
-      ->check(CLI::ExistingPath);
-  sub.add_option("--stop-after", o->stop_after,
-                 "checkpoint and stop after N steps of this invocation (exit 4)");
-  sub.add_flag("--no-plots", o->no_plots,
-               "with diagnostics on: do not run tools/plot_diagnostics.py");
+  namespace f = train_flags;
+  auto o = std::make_shared<TrainArgs>();
+  sub.add_option(f::kConfig.name, o->config, f::kConfig.help)->required()->check(CLI::ExistingFile);
+  sub.add_option(f::kSet.name, o->overrides, f::kSet.help);
+  sub.add_option(f::kOut.name, o->out, f::kOut.help);
+  sub.add_flag(f::kResume.name, o->resume, f::kResume.help);
+  sub.add_option(f::kInitFrom.name, o->init_from, f::kInitFrom.help)->check(CLI::ExistingPath);
+  sub.add_option(f::kStopAfter.name, o->stop_after, f::kStopAfter.help);
+  sub.add_flag(f::kNoPlots.name, o->no_plots, f::kNoPlots.help);
   sub.footer(
       "Exit codes: 0 completed, 1 error, 3 diverged (non-finite loss or gradient), 4 interrupted "
       "(checkpoint saved).");

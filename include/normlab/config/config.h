@@ -54,7 +54,7 @@ struct TrainConfig {
   bool skip_nonfinite = false;
   int64_t spike_window = 128;
   double spike_sigma = 6.0;
-  Recompute activation_checkpointing = Recompute::None;
+  ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::None;
   int64_t selective_every = 2;
   int64_t loss_chunk_rows = 0;
 };

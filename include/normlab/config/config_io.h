@@ -1,4 +1,5 @@
-// YAML <-> RunConfig, at the edge of the program. yaml-cpp lives in src/config/config_io.cpp only.
+// YAML <-> RunConfig, at the edge of the program, and sweep files. yaml-cpp lives in
+// src/config/config_io.cpp and src/config/sweep_file.cpp only.
 //
 // A config file holds sections model, data, optimizer, scheduler, train, eval, diagnostics,
 // checkpoint and logging; a top-level `base: other.yaml` (relative to the file) is loaded first and
@@ -26,6 +27,13 @@ RunConfig config_load(const std::string& path, const std::vector<std::string>& o
 /// lists or comma-separated text; lr also FIRST:LAST:COUNT), set (a list of "section.key=value"
 /// or a map of them), jobs, gpus_per_run. Errors name the file and the key.
 SweepSpec sweep_load(const std::string& path);
+
+/// Replaces the list key `key` of a sweep file (scheme, lr or seed) in `spec` with `text`, parsed
+/// as sweep_load parses that key's comma-separated text: the CLI's --scheme, --lr and --seed.
+/// A bad item is a ConfigError that begins with `origin` ("--scheme: unknown value ...");
+/// another key is std::invalid_argument.
+void sweep_set_axis(SweepSpec& spec, const std::string& key, const std::string& text,
+                    const std::string& origin);
 
 /// The resolved configuration as YAML (every key); config_load of it gives the same config.
 std::string config_to_yaml(const RunConfig& cfg);

@@ -1,5 +1,5 @@
 // The enumerated settings of a run configuration and their config spellings: learning-rate
-// schedule, precision, communication engine, activation recompute. Apart from config.h so that
+// schedule, precision, communication engine, activation checkpointing. Apart from config.h so that
 // the components that take one (the communicator takes a CommBackend) need not see RunConfig.
 #pragma once
 
@@ -10,7 +10,7 @@ namespace normlab {
 enum class ScheduleKind { Cosine, Linear, Wsd, Constant };
 enum class Precision { Auto, Bf16, Fp32, Fp64 };
 enum class CommBackend { Auto, Mpi, Nccl };
-enum class Recompute { None, Block, Selective };
+enum class ActivationCheckpointing { None, Block, Selective };
 
 // clang-format off
 template <> struct EnumNames<ScheduleKind> {
@@ -23,9 +23,9 @@ template <> struct EnumNames<Precision> {
     {Precision::Auto, "auto"}, {Precision::Bf16, "bf16"}, {Precision::Fp32, "fp32"},
     {Precision::Fp64, "fp64"}};
 };
-template <> struct EnumNames<Recompute> {
-  static constexpr NameRow<Recompute> rows[] = {
-    {Recompute::None, "none"}, {Recompute::Block, "block"}, {Recompute::Selective, "selective"}};
+template <> struct EnumNames<ActivationCheckpointing> {
+  static constexpr NameRow<ActivationCheckpointing> rows[] = {
+    {ActivationCheckpointing::None, "none"}, {ActivationCheckpointing::Block, "block"}, {ActivationCheckpointing::Selective, "selective"}};
 };
 template <> struct EnumNames<CommBackend> {
   static constexpr NameRow<CommBackend> rows[] = {

@@ -32,10 +32,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
-#include "normlab/config/config.h"
 #include "normlab/distributed/communicator.h"
 #include "normlab/nn/model.h"
 #include "normlab/util/safetensors.h"
@@ -44,8 +44,8 @@ namespace normlab {
 
 struct FsdpOptions {
   bool reshard_after_forward = true;  // free each block's gathered parameters after its forward
-  // Activation checkpointing (nn/recompute.h) of every k-th block; 0: none.
-  int64_t checkpoint_every = 0;
+  // Activation checkpointing (nn/activation_checkpointing.h) of every k-th block; 0: none.
+  int64_t activation_checkpointing_every = 0;
   bool prefetch = true;  // start the next unit's all-gather before running this one
   torch::ScalarType param_dtype =
       torch::kFloat;  // all-gather dtype (kFloat, kBFloat16; fp64 model: kDouble)
@@ -64,8 +64,10 @@ struct ShardPiece {
 class Fsdp final : public ForwardHooks {
  public:
   /// Shards `model` (built identically on every rank) over `comm`; the model's parameter
-  /// storage is released. `opt` decides the weight-decay group of each parameter.
-  Fsdp(DecoderLM model, Communicator& comm, const FsdpOptions& options, const OptimizerConfig& opt);
+  /// storage is released. `decayed` names the parameters in AdamW's weight-decay group (the
+  /// caller decides: weight_decay_names, train/optimizer.h); pieces() carry that flag.
+  Fsdp(DecoderLM model, Communicator& comm, const FsdpOptions& options,
+       const std::set<std::string>& decayed);
   ~Fsdp() override;
   Fsdp(const Fsdp&) = delete;
   Fsdp& operator=(const Fsdp&) = delete;

@@ -1,9 +1,9 @@
 // Learning-rate sweeps: a grid of schemes x learning rates x seeds over one base config, each
 // point a child `normlab train` in its own run folder.
 //
-// SWEEP_DIR holds sweep.json (the grid and the settings it was started with), sweep.lock
-// (held while a sweep runs there), runs/<point>/ (a normal run folder plus console.log, the
-// child's stdout and stderr) and the reports (sweep_report.h). All state is on disk: running
+// SWEEP_DIR holds sweep.json (the grid and the settings it was started with: sweep_manifest.h),
+// sweep.lock (held while a sweep runs there), runs/<point>/ (a normal run folder plus console.log,
+// the child's stdout and stderr) and the reports (sweep_report.h). All state is on disk: running
 // the same sweep again skips points whose run completed or diverged, resumes interrupted or
 // crashed ones from their newest checkpoint, and starts the rest.
 #pragma once
@@ -16,6 +16,7 @@
 
 #include "normlab/config/config.h"
 #include "normlab/config/sweep_grid.h"
+#include "normlab/sweep/point_state.h"
 #include "normlab/sweep/slurm.h"
 
 namespace normlab {
@@ -23,32 +24,14 @@ namespace normlab {
 /// Splits the visible devices into disjoint sets of `per_run` ("0,1,2,3", 2 -> {"0,1", "2,3"}).
 std::vector<std::string> gpu_slots(const std::vector<std::string>& devices, int per_run);
 
-/// How a point stands on disk, from its run folder.
-enum class PointState { Pending, Completed, Diverged, Interrupted, Crashed, Stopped };
-
-// clang-format off
-template <> struct EnumNames<PointState> {
-  static constexpr NameRow<PointState> rows[] = {
-    {PointState::Pending, "pending"}, {PointState::Completed, "completed"}, {PointState::Diverged, "diverged"},
-    {PointState::Interrupted, "interrupted"}, {PointState::Crashed, "crashed"},
-    {PointState::Stopped, "stopped"}};
-};
-// clang-format on
-
 /// The command line of one point's run: `normlab train --config C --set ... --out RUN_DIR
-/// --resume` (with --set train.device=cuda on GPUs, where the child sees only its slot's
-/// devices), behind `launcher --no-python --standalone --nproc-per-node K` when K = ranks > 1.
-/// Throws std::invalid_argument when K > 1 and there is no launcher.
+/// --resume` (train_flags.h) (with --set train.device=cuda on GPUs, where the child sees only its
+/// slot's devices), behind `launcher --no-python --standalone --nproc-per-node K` when K = ranks
+/// > 1. Throws std::invalid_argument when K > 1 and there is no launcher.
 std::vector<std::string> point_command(const SweepPoint& point, const std::string& config,
                                        const std::string& normlab, const std::string& run_dir,
                                        bool gpu, int ranks,
                                        const std::vector<std::string>& launcher);
-
-/// Completed or diverged (summary.json says so), interrupted (summary.json says so, or a
-/// checkpoint without a summary), crashed (the sweep recorded a failed child in
-/// sweep_status.json and no later summary exists), stopped (early stopping paused it at a rung
-/// for good: sweep_status.json), else pending.
-PointState point_state(const std::string& run_dir);
 
 struct SweepOptions {
   std::string out;      // SWEEP_DIR

@@ -7,7 +7,7 @@
 //   generation_config.json    the special token ids (EOS stops generation)
 //   model.safetensors         fp32 weights by the module names of modeling_normlab.py:
 //                             "model." + normlab's name, the untied head as lm_head.weight
-//   modeling_normlab.py,      the model in plain PyTorch, every scheme (tools/hf/, compiled
+//   modeling_normlab.py,      the model in plain PyTorch, every scheme (src/train/hf/, compiled
 //   configuration_normlab.py  into the library as text)
 //   tokenizer.model,          the run's SentencePiece model, loaded by transformers'
 //   tokenizer_config.json     TokenizersBackend; encoding prepends EOS, the document start
@@ -25,7 +25,7 @@ namespace normlab {
 std::string export_model_hf(const std::string& source, const std::string& out_dir,
                             const std::string& tokenizer = "");
 
-/// The text of tools/hf/modeling_normlab.py and tools/hf/configuration_normlab.py, as built in.
+/// The text of src/train/hf/modeling_normlab.py and configuration_normlab.py, as built in.
 const char* hf_modeling_py();
 const char* hf_configuration_py();
 

@@ -6,8 +6,10 @@
 // Its state (moments and step counts) round-trips through a TensorDict for checkpoints.
 #pragma once
 
+#include <torch/nn/module.h>
 #include <torch/types.h>
 
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +28,11 @@ struct OptParam {
   torch::Tensor param;
   bool decay;
 };
+
+/// The names of `model`'s parameters in the weight-decay group (decays(), config.h), for the
+/// FSDP layer, which groups shard pieces by their whole parameter (distributed/fsdp.h).
+std::set<std::string> weight_decay_names(const torch::nn::Module& model,
+                                         const OptimizerConfig& cfg);
 
 class AdamW {
  public:

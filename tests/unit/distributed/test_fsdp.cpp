@@ -173,10 +173,11 @@ void expect_sharded_gradients(Scheme scheme, int world, bool tied, bool reshard,
     DecoderLM model = build(cfg, 7);
     FsdpOptions o;
     o.reshard_after_forward = reshard;
-    o.checkpoint_every = checkpoint ? 2 : 0;  // blocks 0, 2, ...: checkpointed and plain ones
+    o.activation_checkpointing_every =
+        checkpoint ? 2 : 0;  // blocks 0, 2, ...: checkpointed and plain ones
     o.param_dtype = gather;
     o.reduce_dtype = reduce;
-    Fsdp fsdp(model, comm, o, OptimizerConfig{});
+    Fsdp fsdp(model, comm, o, weight_decay_names(*model, OptimizerConfig{}));
     fsdp.zero_grad();
     const LossOutput out =
         model->loss(tokens.narrow(0, rank * 2, 2), targets.narrow(0, rank * 2, 2));
@@ -236,8 +237,7 @@ TEST(Fsdp, GathersAndReducesInBfloat16) {
   FsdpOptions wrong;
   wrong.param_dtype = torch::kHalf;
   SingleProcess one;
-  EXPECT_THROW(Fsdp(build(model_config(Scheme::PreNorm, false), 7), one, wrong, OptimizerConfig{}),
-               c10::Error);
+  EXPECT_THROW(Fsdp(build(model_config(Scheme::PreNorm, false), 7), one, wrong, {}), c10::Error);
 }
 
 TEST(Fsdp, ComposesWithActivationCheckpointing) {
@@ -271,7 +271,7 @@ TEST(Fsdp, TrainingStepsMatchOneProcess) {
   std::mutex mu;
   on_ranks(2, [&](int rank, Communicator& comm) {
     DecoderLM model = build(cfg, 7);
-    Fsdp fsdp(model, comm, FsdpOptions{}, oc);
+    Fsdp fsdp(model, comm, FsdpOptions{}, weight_decay_names(*model, oc));
     std::vector<OptParam> ps;
     for (const ShardPiece& p : fsdp.pieces()) ps.push_back({p.name, p.param, p.decay});
     AdamW opt(ps, oc);
@@ -304,7 +304,7 @@ TEST(Fsdp, EvaluationWithoutGradientsLeavesNothingGathered) {
   torch::manual_seed(7);
   DecoderLM model(cfg);
   SingleProcess one;
-  Fsdp fsdp(model, one, FsdpOptions{}, OptimizerConfig{});
+  Fsdp fsdp(model, one, FsdpOptions{}, weight_decay_names(*model, OptimizerConfig{}));
   const int64_t at_rest = fsdp.resident_bytes();
   const torch::Tensor tokens = torch::randint(cfg.vocab_size, {2, 5}, torch::kLong);
   torch::NoGradGuard no_grad;
@@ -320,7 +320,7 @@ TEST(Fsdp, LoadsSlicesOfAWholeCheckpoint) {
   for (const auto& p : source->named_parameters()) full[p.key()] = p.value().detach().clone();
   on_ranks(3, [&](int rank, Communicator& comm) {
     DecoderLM model = build(cfg, 7);  // other initial weights
-    Fsdp fsdp(model, comm, FsdpOptions{}, OptimizerConfig{});
+    Fsdp fsdp(model, comm, FsdpOptions{}, weight_decay_names(*model, OptimizerConfig{}));
     fsdp.load_full(full, "test");
     for (const ShardPiece& p : fsdp.pieces())
       EXPECT_TRUE(
@@ -339,7 +339,7 @@ TEST(ShardedCheckpoint, SavedByThreeRanksConsolidatesToTheWhole) {
   DecoderLM whole(cfg);
   on_ranks(3, [&](int rank, Communicator& comm) {
     DecoderLM model = build(cfg, 7);
-    Fsdp fsdp(model, comm, FsdpOptions{}, OptimizerConfig{});
+    Fsdp fsdp(model, comm, FsdpOptions{}, weight_decay_names(*model, OptimizerConfig{}));
     std::vector<OptParam> ps;
     for (const ShardPiece& p : fsdp.pieces()) ps.push_back({p.name, p.param, p.decay});
     AdamW opt(ps, OptimizerConfig{});

@@ -1,13 +1,13 @@
-// Activation checkpointing (nn/recompute.h): the same loss and gradients as the plain model,
-// for every scheme, checkpointing every block or every second one (selective), with what the
-// forward keeps reduced to the block inputs; which blocks selective picks.
+// Activation checkpointing (nn/activation_checkpointing.h): the same loss and gradients as the
+// plain model, for every scheme, checkpointing every block or every second one (selective), with
+// what the forward keeps reduced to the block inputs; which blocks selective picks.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <set>
 
+#include "normlab/nn/activation_checkpointing.h"
 #include "normlab/nn/model.h"
-#include "normlab/nn/recompute.h"
 #include "support.h"
 
 namespace normlab {
@@ -22,7 +22,7 @@ struct Outcome {
 Outcome run(const ModelConfig& cfg, int64_t every, const torch::Tensor& tokens) {
   torch::manual_seed(9);
   DecoderLM model(cfg);
-  CheckpointedBlocks hooks(every);
+  ActivationCheckpointedBlocks hooks(every);
   if (every > 0) model->hooks = &hooks;
   const LossOutput out = model->loss(tokens, tokens.roll(-1, 1));
   out.loss.backward();
@@ -51,12 +51,12 @@ TEST(ActivationCheckpointing, SameLossAndGradientsForEveryScheme) {
 }
 
 TEST(ActivationCheckpointing, SelectivePicksEveryKthBlock) {
-  EXPECT_FALSE(checkpoints_block(0, 0));
-  EXPECT_TRUE(checkpoints_block(1, 3));
-  EXPECT_TRUE(checkpoints_block(2, 0));
-  EXPECT_FALSE(checkpoints_block(2, 1));
-  EXPECT_TRUE(checkpoints_block(3, 6));
-  EXPECT_FALSE(checkpoints_block(3, 7));
+  EXPECT_FALSE(activation_checkpointed(0, 0));
+  EXPECT_TRUE(activation_checkpointed(1, 3));
+  EXPECT_TRUE(activation_checkpointed(2, 0));
+  EXPECT_FALSE(activation_checkpointed(2, 1));
+  EXPECT_TRUE(activation_checkpointed(3, 6));
+  EXPECT_FALSE(activation_checkpointed(3, 7));
 }
 
 TEST(ActivationCheckpointing, KeepsOnlyTheBlockInputs) {
@@ -79,7 +79,7 @@ TEST(ActivationCheckpointing, KeepsOnlyTheBlockInputs) {
     return seen.size();
   };
   const Streams plain = model->scheme_blocks[0]->forward({x, y});
-  const Streams ckpt = checkpointed_forward(*model->scheme_blocks[0], {x, y});
+  const Streams ckpt = activation_checkpointed_forward(*model->scheme_blocks[0], {x, y});
   // The checkpoint node, then straight to the two inputs' accumulators.
   EXPECT_EQ(count_nodes(ckpt.x), 3u);
   EXPECT_GT(count_nodes(plain.x), 20u);

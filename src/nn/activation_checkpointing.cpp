@@ -1,4 +1,4 @@
-#include "normlab/nn/recompute.h"
+#include "normlab/nn/activation_checkpointing.h"
 
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/torch.h>
@@ -8,7 +8,7 @@
 namespace normlab {
 namespace {
 
-struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
+struct ActivationCheckpointFunction : torch::autograd::Function<ActivationCheckpointFunction> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
                                                 at::TensorList ins, int64_t block) {
     ctx->saved_data["block"] = block;
@@ -49,11 +49,11 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
 
 }  // namespace
 
-Streams checkpointed_forward(SchemeBlockImpl& block, const Streams& in) {
+Streams activation_checkpointed_forward(SchemeBlockImpl& block, const Streams& in) {
   if (!torch::GradMode::is_enabled()) return block.forward(in);  // nothing to keep anyway
   std::vector<torch::Tensor> ins{in.x};
   if (in.y.defined()) ins.push_back(in.y);
-  const auto outs = BlockCheckpoint::apply(
+  const auto outs = ActivationCheckpointFunction::apply(
       at::TensorList(ins), static_cast<int64_t>(reinterpret_cast<intptr_t>(&block)));
   return {outs[0], outs.size() > 1 ? outs[1] : torch::Tensor()};
 }

@@ -14,21 +14,22 @@
 namespace normlab {
 
 /// block.forward(in) without keeping the block's intermediates for backward.
-Streams checkpointed_forward(SchemeBlockImpl& block, const Streams& in);
+Streams activation_checkpointed_forward(SchemeBlockImpl& block, const Streams& in);
 
 /// Which blocks a run checkpoints: every `every`-th (0, every, 2 every, ...); 0 = none, 1 = all.
-inline bool checkpoints_block(int64_t every, size_t layer) {
+inline bool activation_checkpointed(int64_t every, size_t layer) {
   return every > 0 && static_cast<int64_t>(layer) % every == 0;
 }
 
-/// Runs the blocks of a single-process model that checkpoints_block(every, layer) picks
+/// Runs the blocks of a single-process model that activation_checkpointed(every, layer) picks
 /// checkpointed, the others plainly (the FSDP layer does the same itself with
-/// FsdpOptions::checkpoint_every). Attach as DecoderLMImpl::hooks.
-class CheckpointedBlocks final : public ForwardHooks {
+/// FsdpOptions::activation_checkpointing_every). Attach as DecoderLMImpl::hooks.
+class ActivationCheckpointedBlocks final : public ForwardHooks {
  public:
-  explicit CheckpointedBlocks(int64_t every = 1) : every_(every) {}
+  explicit ActivationCheckpointedBlocks(int64_t every = 1) : every_(every) {}
   Streams run_block(size_t layer, SchemeBlockImpl& block, const Streams& in) override {
-    return checkpoints_block(every_, layer) ? checkpointed_forward(block, in) : block.forward(in);
+    return activation_checkpointed(every_, layer) ? activation_checkpointed_forward(block, in)
+                                                  : block.forward(in);
   }
 
  private:
