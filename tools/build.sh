@@ -22,9 +22,12 @@ done
 t0=$(date +%s)
 [ -n "${NORMLAB_SKIP_SETUP:-}" ] || "$root/tools/setup.sh"
 t1=$(date +%s)
+# The venv tools/setup.sh made ($NORMLAB_VENV when set) provides LibTorch and the tests' Python.
+venv_define=()
+[ -z "${NORMLAB_VENV:-}" ] || venv_define=(-DNORMLAB_PYTHON="$NORMLAB_VENV/bin/python")
 if [ ! -f "$build/build.ninja" ] || [ ${#defines[@]} -gt 0 ]; then
   mkdir -p "$build"
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${defines[@]}" >"$build/configure.log" 2>&1 \
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${venv_define[@]}" "${defines[@]}" >"$build/configure.log" 2>&1 \
     || { cat "$build/configure.log" >&2; echo "build: CMake configure failed" >&2; exit 1; }
 fi
 cmake --build "$build" ${NORMLAB_JOBS:+-j "$NORMLAB_JOBS"} "${targets[@]}"

@@ -124,7 +124,7 @@ TEST_F(TrainerTest, ResumeIsBitwiseExact) {
 
 // Activation checkpointing (all blocks, every second one) and the chunked loss change memory,
 // not the run: the same losses up to summation order.
-TEST_F(TrainerTest, RecomputeAndChunkedLossKeepTheLosses) {
+TEST_F(TrainerTest, ActivationCheckpointingAndChunkedLossKeepTheLosses) {
   test::ScratchDir plain("run");
   train(config({"checkpoint.every=0", "eval.every=0"}), options(plain.path));
   const std::vector<double> ref = losses(plain.path.string());
