@@ -93,6 +93,7 @@ Runner setup_sweep(CLI::App& sub) {
   return [o] {
     if (o->report) {
       if (o->out.empty()) throw std::invalid_argument("--report needs --out DIR");
+      check_output_folder(o->out);
       const auto manifest =
           nlohmann::json::parse(read_file((fs::path(o->out) / "sweep.json").string()));
       std::vector<SweepPoint> points;
@@ -144,6 +145,7 @@ Runner setup_sweep(CLI::App& sub) {
     std::string out = o->out;
     if (out.empty())
       out = "sweeps/" + fs::path(o->sweep.empty() ? spec.config : o->sweep).stem().string();
+    check_output_folder(out);  // a file there stays as it is
     std::signal(SIGINT, on_sweep_signal);
     std::signal(SIGTERM, on_sweep_signal);
     SweepOptions opts;
