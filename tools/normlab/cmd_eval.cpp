@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// --out replaces only what an earlier eval wrote there (a JSON object with model and scheme),
+// --out replaces only what an earlier eval wrote there (a JSON object with model, scheme, step),
 // checked before any work; anything else at that path is the user's, and stays.
 void check_result_file(const std::string& path) {
   std::error_code ec;
