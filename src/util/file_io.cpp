@@ -246,7 +246,7 @@ StagedFiles::StagedFiles(std::string folder) : folder_(std::move(folder)) {
   if (folder_.empty()) folder_ = ".";
   check_output_folder(folder_);
   std::error_code ec;
-  fs::create_directories(folder_, ec);
+  created_ = fs::create_directories(folder_, ec);
   if (ec) fail(folder_, "cannot create folder", ec.value());
   for (const auto& e : fs::directory_iterator(folder_, ec)) {  // staging of killed writers
     const std::string name = e.path().filename().string();
@@ -264,6 +264,7 @@ StagedFiles::~StagedFiles() {
   if (committed_) return;
   std::error_code ec;
   std::filesystem::remove_all(tmp_, ec);
+  if (created_) std::filesystem::remove(folder_, ec);  // only if still empty
 }
 
 std::vector<std::string> StagedFiles::commit() {

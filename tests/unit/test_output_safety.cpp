@@ -94,6 +94,13 @@ TEST(StagedFiles, AFailureBeforeCommitChangesNothing) {
   EXPECT_EQ(read_file((repo / "config.json").string()), "old\n");
   os_expect_clone_kept(repo);
   EXPECT_TRUE(os_staging_folders(repo).empty());
+  try {  // a folder it created goes again
+    StagedFiles f((dir.path / "new").string());
+    EXPECT_TRUE(fs::is_directory(dir.path / "new"));
+    throw std::runtime_error("disk full");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_FALSE(fs::exists(dir.path / "new"));
 }
 
 TEST(StagedFiles, AFolderWhereAFileGoesIsRefusedBeforeAnyRename) {

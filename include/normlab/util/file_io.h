@@ -139,7 +139,8 @@ class AtomicFolder {
 /// are written leaves the previous ones as they were and the staging folder, which the next
 /// writer of the folder removes (its process is gone). The folder is created when missing; a
 /// path that exists and is not a folder is a FileError naming it before anything is written.
-/// Destroyed without commit() (an exception on the way), the staging folder is removed.
+/// Destroyed without commit() (an exception on the way), the staging folder is removed, and
+/// the folder too when this writer created it and it is empty again.
 class StagedFiles {
  public:
   explicit StagedFiles(std::string folder);
@@ -156,7 +157,7 @@ class StagedFiles {
 
  private:
   std::string folder_, tmp_;
-  bool committed_ = false;
+  bool created_ = false, committed_ = false;
 };
 
 /// For the commands whose --out names a folder: throws FileError "<path>: exists and is not a
