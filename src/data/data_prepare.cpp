@@ -4,6 +4,7 @@
 
 #include <cerrno>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -17,6 +18,7 @@
 #include "normlab/data/shard.h"
 #include "normlab/data/text_input.h"
 #include "normlab/data/tokenizer.h"
+#include "normlab/util/file_io.h"
 
 namespace normlab {
 namespace fs = std::filesystem;
@@ -208,6 +210,28 @@ class SplitWriter {
   SplitIndex index_;
 };
 
+// --overwrite replaces a folder that data prepare wrote: index.json and the shards. Anything
+// else in it (notes, a subfolder) would go with the folder, so it is refused, naming them.
+void check_only_shards(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  std::vector<std::string> foreign;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const bool shard = (name.rfind("train-", 0) == 0 || name.rfind("val-", 0) == 0) &&
+                       name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0;
+    if (!(e.is_regular_file() && (shard || name == "index.json"))) foreign.push_back(name);
+  }
+  if (foreign.empty()) return;
+  std::sort(foreign.begin(), foreign.end());
+  std::string list;
+  for (size_t i = 0; i < foreign.size() && i < 5; ++i) list += (i ? ", " : "") + foreign[i];
+  if (foreign.size() > 5) list += ", ... (" + std::to_string(foreign.size()) + " in all)";
+  throw InputError(dir + ": holds files that data prepare did not write (" + list +
+                   "); --overwrite replaces only a folder of shards and index.json: move them "
+                   "away or choose another --out (nothing was changed)");
+}
+
 }  // namespace
 
 bool is_validation_document(const std::string& text, double val_fraction) {
@@ -232,12 +256,14 @@ PrepareSummary data_prepare(const PrepareOptions& o) {
     throw InputError("--threads " + std::to_string(o.threads) + ": must be at least 1");
   if (o.shard_tokens < 1) throw InputError("--shard-tokens must be at least 1");
 
+  check_output_folder(o.out_dir);
   const Tokenizer tok(o.tokenizer);
   const std::vector<std::string> files = expand_inputs(o.inputs);
   const fs::path out(o.out_dir);
   std::error_code ec;
   if (fs::exists(out) && !fs::is_empty(out, ec) && !o.overwrite)
     throw InputError(o.out_dir + ": exists and is not empty (pass --overwrite to replace it)");
+  if (o.overwrite) check_only_shards(o.out_dir);
 
   PrepareProgress progress;
   for (const auto& f : files) progress.bytes_total += fs::file_size(f);

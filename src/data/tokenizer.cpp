@@ -176,11 +176,37 @@ std::vector<int32_t> Tokenizer::token_byte_lengths() const {
   return out;
 }
 
+namespace {
+
+// SentencePiece's error, or for a vocabulary smaller than its pieces that cannot be merged away
+// ("Vocabulary size is smaller than required_chars. V vs N"), what that minimum N is made of.
+std::string train_error(const std::string& what, const TokenizerTrainOptions& o) {
+  const size_t at = what.find("smaller than required_chars");
+  const size_t vs = what.find(" vs ", at);
+  if (at == std::string::npos || vs == std::string::npos) return "tokenizer train: " + what;
+  const long long need = std::atoll(what.c_str() + vs + 4);
+  if (need <= 0) return "tokenizer train: " + what;
+  std::ostringstream coverage;
+  coverage << o.character_coverage;
+  return "--vocab-size " + std::to_string(o.vocab_size) +
+         ": too small for this text with byte fallback: at least " + std::to_string(need) +
+         " (3 special pieces, 256 byte pieces and one piece for each of the " +
+         std::to_string(need - 259) +
+         " characters that cover the text, word boundary included, at character coverage " +
+         coverage.str() + ")";
+}
+
+}  // namespace
+
 std::string tokenizer_train(const TokenizerTrainOptions& o) {
-  if (o.vocab_size < 260)
+  if (o.vocab_size < kMinVocabSize)
     throw TokenizerError("--vocab-size " + std::to_string(o.vocab_size) +
-                         ": must be at least 260 (3 special tokens and 256 byte-fallback pieces)");
+                         ": too small for byte fallback: at least " +
+                         std::to_string(kMinVocabSize) +
+                         " (3 special pieces, 256 byte pieces and one piece for each character "
+                         "of the text, the word boundary included: 259 + the characters)");
   if (o.out_dir.empty()) throw TokenizerError("tokenizer train: no output folder (--out)");
+  check_output_folder(o.out_dir);  // before any work: a file there stays as it is
   const std::vector<std::string> files = expand_inputs(o.inputs);
 
   // Reservoir sample of the input lines (deterministic for a seed).
@@ -223,7 +249,7 @@ std::string tokenizer_train(const TokenizerTrainOptions& o) {
   LinesIterator it(std::move(lines));
   std::string model;
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &it, &model);
-  if (!status.ok()) throw TokenizerError("tokenizer train: " + status.ToString());
+  if (!status.ok()) throw TokenizerError(train_error(status.ToString(), o));
 
   std::filesystem::create_directories(o.out_dir);
   const std::string model_path = (std::filesystem::path(o.out_dir) / "tokenizer.model").string();

@@ -58,7 +58,8 @@ nlohmann::json model_keys_json(const ModelConfig& model) {
   return keys;
 }
 
-std::string export_model(const std::string& source, const std::string& out_dir, WriteFault* fault) {
+std::string export_model(const std::string& source, const std::string& out_dir, WriteFault* fault,
+                         std::vector<std::string>* written) {
   const std::string ckpt_dir = checkpoint_folder_of(source);
   const Checkpoint ck = checkpoint_consolidate(ckpt_dir);  // a whole checkpoint loads as it is
   const std::string config_path = (fs::path(ckpt_dir) / "config.yaml").string();
@@ -72,15 +73,15 @@ std::string export_model(const std::string& source, const std::string& out_dir, 
                                  {"checkpoint", fs::absolute(ckpt_dir).string()},
                                  {"step", ck.state.step}};
 
-  remove_stale_siblings(out_dir);
-  AtomicFolder folder(out_dir);  // an existing export there is replaced
+  StagedFiles folder(out_dir);  // beside what the folder holds; its files replaced one by one
   const fs::path tmp = folder.path();
   safetensors_save((tmp / "model.safetensors").string(), ck.model, {{"format", "pt"}}, fault);
   const std::string text = config.dump(2) + "\n";
   write_file_atomic((tmp / "config.json").string(), [&](FileWriter& w) { w.write(text); }, fault);
   if (!cfg.data.tokenizer.empty() && fs::exists(cfg.data.tokenizer))
     fs::copy_file(cfg.data.tokenizer, tmp / "tokenizer.model");
-  folder.commit();
+  const std::vector<std::string> names = folder.commit();
+  if (written) *written = names;
   return ckpt_dir;
 }
 

@@ -54,7 +54,7 @@ void write_tokenizer(const std::string& path, const ModelConfig& model, int64_t 
 }  // namespace
 
 std::string export_model_hf(const std::string& source, const std::string& out_dir,
-                            const std::string& tokenizer) {
+                            const std::string& tokenizer, std::vector<std::string>* written) {
   const LoadedModel m = load_model(source);
   const ModelConfig& model = m.model->config;
   const int64_t max_length = m.seq_len > 0 ? m.seq_len : 2048;
@@ -85,8 +85,7 @@ std::string export_model_hf(const std::string& source, const std::string& out_di
                                              "counts from the working directory; give --tokenizer"
                                        : "--tokenizer") +
                     ")");
-  remove_stale_siblings(out_dir);
-  AtomicFolder folder(out_dir);  // an existing export there is replaced
+  StagedFiles folder(out_dir);  // beside what the folder holds; its files replaced one by one
   const fs::path tmp = folder.path();
   safetensors_save((tmp / "model.safetensors").string(), weights, {{"format", "pt"}});
   write_json(tmp / "config.json", config);
@@ -99,7 +98,8 @@ std::string export_model_hf(const std::string& source, const std::string& out_di
     write_file_atomic((tmp / name).string(), [&](FileWriter& w) { w.write(body); });
   }
   if (!tok_path.empty()) write_tokenizer(tok_path, model, max_length, tmp);
-  folder.commit();
+  const std::vector<std::string> names = folder.commit();
+  if (written) *written = names;
   return m.from;
 }
 

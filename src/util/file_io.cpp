@@ -160,6 +160,28 @@ FileDigest write_file_atomic(const std::string& path, const std::function<void(F
   return digest;
 }
 
+namespace {
+
+// Whether `pid` (decimal digits, as in a temporary name) names a process that is gone.
+bool process_gone(const std::string& pid) {
+  if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  return ::kill(static_cast<pid_t>(std::stol(pid)), 0) != 0 && errno == ESRCH;
+}
+
+void fsync_file(const std::string& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(file, "cannot open to fsync", errno);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) fail(file, "fsync failed", err);
+}
+
+constexpr const char* kStagingPrefix = ".normlab.tmp-";
+
+}  // namespace
+
 AtomicFolder::AtomicFolder(std::string final_path, std::string tmp_name, bool create)
     : final_(std::move(final_path)) {
   namespace fs = std::filesystem;
@@ -187,14 +209,7 @@ void AtomicFolder::commit() {
   namespace fs = std::filesystem;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(tmp_, ec)) {
-    if (!e.is_regular_file()) continue;
-    const std::string file = e.path().string();
-    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail(file, "cannot open to fsync", errno);
-    const int rc = ::fsync(fd);
-    const int err = errno;
-    ::close(fd);
-    if (rc != 0) fail(file, "fsync failed", err);
+    if (e.is_regular_file()) fsync_file(e.path().string());
   }
   if (ec) fail(tmp_, "cannot list folder", ec.value());
   fsync_directory(tmp_);
@@ -213,6 +228,73 @@ void AtomicFolder::commit() {
   if (had_old) fs::remove_all(old, ec);
 }
 
+void check_output_folder(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status link = fs::symlink_status(path, ec);
+  if (ec || !fs::exists(link)) return;  // missing: the command creates it
+  if (fs::is_directory(fs::status(path, ec))) return;
+  const char* what = fs::is_regular_file(link) ? "a file"
+                     : fs::is_symlink(link)    ? "a dangling link"
+                                               : "not a folder";
+  throw FileError(path + ": exists and is " + what +
+                  "; --out names a folder: choose another path (nothing was changed)");
+}
+
+StagedFiles::StagedFiles(std::string folder) : folder_(std::move(folder)) {
+  namespace fs = std::filesystem;
+  if (folder_.empty()) folder_ = ".";
+  check_output_folder(folder_);
+  std::error_code ec;
+  created_ = fs::create_directories(folder_, ec);
+  if (ec) fail(folder_, "cannot create folder", ec.value());
+  for (const auto& e : fs::directory_iterator(folder_, ec)) {  // staging of killed writers
+    const std::string name = e.path().filename().string();
+    if (name.rfind(kStagingPrefix, 0) == 0 &&
+        process_gone(name.substr(std::string(kStagingPrefix).size())))
+      fs::remove_all(e.path(), ec);
+  }
+  tmp_ = (fs::path(folder_) / (kStagingPrefix + std::to_string(::getpid()))).string();
+  fs::remove_all(tmp_, ec);
+  if (!fs::create_directory(tmp_, ec) || ec)
+    fail(tmp_, "cannot create folder", ec ? ec.value() : EEXIST);
+}
+
+StagedFiles::~StagedFiles() {
+  if (committed_) return;
+  std::error_code ec;
+  std::filesystem::remove_all(tmp_, ec);
+  if (created_) std::filesystem::remove(folder_, ec);  // only if still empty
+}
+
+std::vector<std::string> StagedFiles::commit() {
+  namespace fs = std::filesystem;
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(tmp_, ec))
+    if (e.is_regular_file()) names.push_back(e.path().filename().string());
+  if (ec) fail(tmp_, "cannot list folder", ec.value());
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    fsync_file((fs::path(tmp_) / name).string());
+    const fs::path target = fs::path(folder_) / name;
+    const fs::file_status st = fs::symlink_status(target, ec);
+    if (fs::exists(st) && fs::is_directory(st))
+      throw FileError(target.string() + ": is a folder, not replaced by a file (nothing of " +
+                      folder_ + " was changed)");
+  }
+  for (const std::string& name : names) {
+    const std::string from = (fs::path(tmp_) / name).string();
+    const std::string to = (fs::path(folder_) / name).string();
+    if (::rename(from.c_str(), to.c_str()) != 0)
+      fail(to, "cannot rename " + from + " into place", errno);
+  }
+  fsync_directory(folder_);
+  committed_ = true;
+  fs::remove_all(tmp_, ec);
+  return names;
+}
+
 void remove_stale_siblings(const std::string& final_path) {
   namespace fs = std::filesystem;
   const fs::path out(final_path);
@@ -225,11 +307,7 @@ void remove_stale_siblings(const std::string& final_path) {
     for (const char* tag : {".tmp-", ".old-"}) {
       const std::string prefix = base + tag;
       if (name.rfind(prefix, 0) != 0) continue;
-      const std::string pid = name.substr(prefix.size());
-      if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos)
-        continue;
-      if (::kill(static_cast<pid_t>(std::stol(pid)), 0) != 0 && errno == ESRCH)
-        fs::remove_all(e.path(), ec);
+      if (process_gone(name.substr(prefix.size()))) fs::remove_all(e.path(), ec);
     }
   }
 }

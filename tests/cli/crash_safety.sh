@@ -12,8 +12,9 @@
 #  2. a flipped bit in the newest checkpoint: `normlab checkpoint verify` names the file, and
 #     --resume sets it aside and resumes from the one before;
 #  3. a crash inside model.safetensors and inside config.json of an export over an existing
-#     one: the export folder still holds the whole previous export, and the next export clears
-#     the leftovers;
+#     one (in a folder that also holds a file of the user's): the folder's files are still the
+#     whole previous export and the user's file, the crashed export's bytes lie only in its
+#     staging folder inside it, and the next export clears that;
 #  4. a malformed NORMLAB_FAULT stops the command with an error naming the variable.
 # (A full disk is tests/cli/full_disk.sh.)
 # Usage: crash_safety.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
@@ -28,6 +29,8 @@ size() { stat -c %s "$1"; }
 newest_step() { local d; d=$(cd "$run/checkpoints" && ls -d step-???????? 2>/dev/null | tail -1); echo "${d#step-}" | sed 's/^0*//;s/^$/0/'; }
 # Every file of folder $1 (hidden ones too) as "name:bytes", sorted, on one line.
 listing() { (cd "$1" && find . -maxdepth 1 -type f -printf '%f:%s\n' | LC_ALL=C sort | tr '\n' ' '); }
+# The digest of every file of folder $1 (hidden ones too; not its subfolders), one per line.
+digests() { (cd "$1" && find . -maxdepth 1 -type f -printf '%f\n' | LC_ALL=C sort | xargs md5sum); }
 
 # ---- 1. crashes inside checkpoint writes ------------------------------------------------------
 run=$work/killed
@@ -129,8 +132,10 @@ run=$work/export-run
 "$normlab" train "${args[@]}" --out "$run" --set train.steps=1 > "$work/export-train.out" 2>&1 \
   || { cat "$work/export-train.out"; fail "train"; }
 out=$work/export
+mkdir -p "$out" && echo "my notes" > "$out/notes.txt"
 "$normlab" export --checkpoint "$run" --out "$out" > "$work/export1.out" 2>&1 || { cat "$work/export1.out"; fail "export"; }
-whole=$(cd "$out" && md5sum $(ls -A))  # every file of the export and its digest
+whole=$(digests "$out")  # every file of the export, and the user's, with its digest
+grep -q notes.txt <<< "$whole" || fail "the export removed the user's notes.txt"
 E=$(size "$out/model.safetensors") G=$(size "$out/config.json")
 round=0
 for bytes in $((E / 2)) $((E + G / 2)); do
@@ -141,18 +146,18 @@ for bytes in $((E / 2)) $((E + G / 2)); do
   pid=$!
   wait "$pid" 2>/dev/null || rc=$?
   [ "$rc" = 137 ] || { cat "$work/export-crash$round.out"; fail "export round $round: exit $rc, expected 137"; }
-  [ "$(cd "$out" && md5sum $(ls -A))" = "$whole" ] || fail "export round $round: the export folder is not the whole previous export"
-  [ -d "$out.tmp-$pid" ] || fail "export round $round: no temporary folder $out.tmp-$pid"
+  [ "$(digests "$out")" = "$whole" ] || fail "export round $round: the export folder's files are not the whole previous export"
+  [ -d "$out/.normlab.tmp-$pid" ] || fail "export round $round: no staging folder $out/.normlab.tmp-$pid"
   case $round in
     1) want=".model.safetensors.tmp.$pid:$((E / 2)) " ;;
     2) want=".config.json.tmp.$pid:$((G / 2)) model.safetensors:$E " ;;
   esac
-  [ "$(listing "$out.tmp-$pid")" = "$want" ] || fail "export round $round: the temporary folder holds '$(listing "$out.tmp-$pid")'"
+  [ "$(listing "$out/.normlab.tmp-$pid")" = "$want" ] || fail "export round $round: the staging folder holds '$(listing "$out/.normlab.tmp-$pid")'"
 done
 "$normlab" export --checkpoint "$run" --out "$out" > "$work/export2.out" 2>&1 || { cat "$work/export2.out"; fail "export after the crashes"; }
-! compgen -G "$out.tmp-*" > /dev/null || fail "the next export left the crashed ones' temporary folders"
-[ "$(cd "$out" && md5sum $(ls -A))" = "$whole" ] || fail "the new export differs from the first"
-echo "export: 2 of 2 crashes inside model.safetensors and config.json; the previous export stayed whole each time"
+! compgen -G "$out/.normlab.tmp-*" > /dev/null || fail "the next export left the crashed ones' staging folders"
+[ "$(digests "$out")" = "$whole" ] || fail "the new export differs from the first (or the user's file changed)"
+echo "export: 2 of 2 crashes inside model.safetensors and config.json; the previous export and the user's file stayed whole each time"
 
 # ---- 4. a malformed NORMLAB_FAULT -----------------------------------------------------------------
 for bad in abort_after_bytes:checkpoint:x abort_after_bytes:model:10 raise_at_step:SIGHUP:3 raise_at_step:SIGTERM:0 crash; do

@@ -79,6 +79,7 @@ Runner setup_analyze(CLI::App& sub) {
   return [o] {
     if (o->batch < 1) throw std::invalid_argument("--batch must be at least 1");
     if (o->top_k < 0) throw std::invalid_argument("--top-k must be 0 or more");
+    check_output_folder(o->out);  // before any work: a file there stays as it is
     const torch::Device device(o->device);
     LoadedModel m = load_model(o->checkpoint, device);
     const int64_t seq_len = o->seq_len > 0 ? o->seq_len : m.seq_len > 0 ? m.seq_len : 256;

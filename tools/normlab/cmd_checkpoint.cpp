@@ -90,6 +90,7 @@ Runner setup_checkpoint(CLI::App& sub) {
                   << (e.is_regular_file() ? fs::file_size(e) : 0) << " bytes\n";
       return 0;
     }
+    check_output_folder(o->out);  // before any work: a file there stays as it is
     if (checkpoint_latest(o->out))
       throw std::invalid_argument(
           o->out + " already holds checkpoints: choose a new run folder for the consolidated one");

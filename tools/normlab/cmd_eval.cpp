@@ -19,6 +19,31 @@
 namespace normlab::cli {
 namespace fs = std::filesystem;
 
+namespace {
+
+// --out replaces only what an earlier eval wrote there (a JSON object with model, scheme, step),
+// checked before any work; anything else at that path is the user's, and stays.
+void check_result_file(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(path, ec);
+  if (ec || !fs::exists(st)) return;
+  bool ours = false;
+  if (fs::is_regular_file(fs::status(path, ec))) {
+    try {
+      const auto j = nlohmann::json::parse(read_file(path));
+      ours = j.is_object() && j.contains("model") && j.contains("scheme") && j.contains("step");
+    } catch (const std::exception&) {
+      ours = false;
+    }
+  }
+  if (!ours)
+    throw std::invalid_argument(path + ": exists and is not the results of a normlab eval; " +
+                                "--out replaces only those: choose another path (nothing was "
+                                "changed)");
+}
+
+}  // namespace
+
 Runner setup_eval(CLI::App& sub) {
   struct Options {
     std::string checkpoint, data, split = "val", tokenizer, out, device = "cpu";
@@ -41,11 +66,14 @@ Runner setup_eval(CLI::App& sub) {
   sub.add_option("--tokenizer", o->tokenizer,
                  "SentencePiece model (default: the run's or the export's)");
   sub.add_option("--device", o->device, "cpu, cuda or cuda:N")->capture_default_str();
-  sub.add_option("--out", o->out, "also write the results as JSON to this file");
+  sub.add_option("--out", o->out,
+                 "also write the results as JSON to this file (new, or the results of an earlier "
+                 "eval, which it replaces; any other file is refused)");
   return [o] {
     if (o->data.empty() && o->tasks.empty())
       throw std::invalid_argument("give --data SHARDS, --tasks FILE..., or both");
     if (o->batch < 1) throw std::invalid_argument("--batch must be at least 1");
+    if (!o->out.empty()) check_result_file(o->out);
     std::vector<std::pair<std::string, std::vector<McItem>>> tasks;  // all read before any work
     for (const auto& t : o->tasks) tasks.emplace_back(fs::path(t).stem().string(), load_mc_task(t));
     const torch::Device device(o->device);

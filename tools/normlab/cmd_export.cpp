@@ -1,5 +1,6 @@
 // normlab export --checkpoint DIR --out FOLDER [--format normlab|hf|olmo] [--tokenizer MODEL]
 //                [--pt]
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
@@ -9,9 +10,29 @@
 #include "normlab/train/export_hf.h"
 #include "normlab/train/olmo_checkpoint.h"
 #include "normlab/util/error.h"
+#include "normlab/util/file_io.h"
 #include "python_tool.h"
 
 namespace normlab::cli {
+namespace {
+
+// Files of a format's export that this export did not write (no tokenizer recorded, no --pt)
+// but an earlier one left in the folder: kept, as every file not written is, but said, since
+// a reader of the folder takes them as part of the export.
+void warn_kept_files(const std::string& out, const std::string& format,
+                     const std::vector<std::string>& written) {
+  const std::vector<std::string> optional =
+      format == "hf"     ? std::vector<std::string>{"tokenizer.model", "tokenizer_config.json"}
+      : format == "olmo" ? std::vector<std::string>{"model.pt"}
+                         : std::vector<std::string>{"tokenizer.model"};
+  for (const std::string& name : optional)
+    if (std::find(written.begin(), written.end(), name) == written.end() &&
+        std::filesystem::exists(std::filesystem::path(out) / name))
+      std::cerr << "normlab export: note: " << (std::filesystem::path(out) / name).string()
+                << " is from before (this export does not write it) and was kept\n";
+}
+
+}  // namespace
 
 Runner setup_export(CLI::App& sub) {
   struct Options {
@@ -23,7 +44,9 @@ Runner setup_export(CLI::App& sub) {
                  "checkpoint folder, or a run folder (its newest checkpoint); with --format hf "
                  "also a normlab export folder")
       ->required();
-  sub.add_option("--out", o->out, "export folder: model.safetensors, config.json, tokenizer.model")
+  sub.add_option("--out", o->out,
+                 "export folder, new or existing: the export's files replace those of their names "
+                 "there, each atomically; every other file (.git, README.md, ...) stays")
       ->required();
   sub.add_option("--format", o->format,
                  "normlab (model.safetensors, config.json, tokenizer.model), hf (Hugging Face "
@@ -41,19 +64,23 @@ Runner setup_export(CLI::App& sub) {
     if (o->pt && o->format != "olmo") throw ConfigError("--pt needs --format olmo");
     if (!o->tokenizer.empty() && o->format != "hf")
       throw ConfigError("export: --tokenizer goes with --format hf");
+    check_output_folder(o->out);  // before any work: a file there stays as it is
     const std::unique_ptr<WriteFault> fault =
         write_fault(environment_fault(), "export");  // tests only (fault.h)
-    const std::string from = o->format == "olmo" ? olmo_export(o->checkpoint, o->out)
+    std::vector<std::string> written;
+    const std::string from = o->format == "olmo" ? olmo_export(o->checkpoint, o->out, &written)
                              : o->format == "hf"
-                                 ? export_model_hf(o->checkpoint, o->out, o->tokenizer)
-                                 : export_model(o->checkpoint, o->out, fault.get());
+                                 ? export_model_hf(o->checkpoint, o->out, o->tokenizer, &written)
+                                 : export_model(o->checkpoint, o->out, fault.get(), &written);
     if (o->pt) {
       const std::string st = (std::filesystem::path(o->out) / "model.safetensors").string();
       const std::string pt = (std::filesystem::path(o->out) / "model.pt").string();
       if (!run_python_tool("olmo_checkpoint.py", {"to-pt", st, pt}, "model.pt",
                            "torch and safetensors in the project's Python (tools/setup.sh)"))
         throw CheckpointError(pt + ": not written (tools/olmo_checkpoint.py failed)");
+      written.push_back("model.pt");
     }
+    warn_kept_files(o->out, o->format, written);
     std::cout << "exported " << from << " to " << o->out << " (" << o->format << ")\n";
     return 0;
   };

@@ -8,6 +8,7 @@
 #include "normlab/config/config_io.h"
 #include "normlab/train/olmo_checkpoint.h"
 #include "normlab/util/error.h"
+#include "normlab/util/file_io.h"
 #include "python_tool.h"
 
 namespace normlab::cli {
@@ -64,6 +65,7 @@ Runner setup_import(CLI::App& sub) {
   return [o] {
     const RunConfig cfg = config_load(o->config, o->overrides);
     olmo_check_config(cfg.model);  // before any conversion
+    check_output_folder(o->out);   // a file there stays as it is
     const std::string tmp = (fs::temp_directory_path() /
                              ("normlab-import-" + std::to_string(::getpid()) + ".safetensors"))
                                 .string();

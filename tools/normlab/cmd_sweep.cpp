@@ -92,6 +92,7 @@ Runner setup_sweep(CLI::App& sub) {
   return [o] {
     if (o->report) {
       if (o->out.empty()) throw std::invalid_argument("--report needs --out DIR");
+      check_output_folder(o->out);
       const std::vector<SweepPoint> points = sweep_manifest_read(o->out).points;
       write_sweep_reports(o->out, points);
       std::cout << "reports: " << o->out << "/summary.md, summary.csv, summary.json\n";
@@ -115,6 +116,7 @@ Runner setup_sweep(CLI::App& sub) {
     std::string out = o->out;
     if (out.empty())
       out = "sweeps/" + fs::path(o->sweep.empty() ? spec.config : o->sweep).stem().string();
+    check_output_folder(out);  // a file there stays as it is
     std::signal(SIGINT, on_sweep_signal);
     std::signal(SIGTERM, on_sweep_signal);
     SweepOptions opts;

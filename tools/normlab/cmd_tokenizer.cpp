@@ -15,12 +15,15 @@ Runner setup_tokenizer(CLI::App& sub) {
   CLI::App* t = sub.add_subcommand("train", "train a SentencePiece tokenizer (byte fallback on)");
   t->add_option("--input", train->inputs, "text files or globs (.txt, .jsonl, optionally .gz)")
       ->required();
-  t->add_option("--vocab-size", train->vocab_size, "vocabulary size (>= 260)")
+  t->add_option("--vocab-size", train->vocab_size,
+                "vocabulary size: at least 259 + the text's distinct characters (261 at the "
+                "least; docs/data.md)")
       ->capture_default_str();
   t->add_option("--model-type", *model_type, "bpe or unigram")
       ->check(CLI::IsMember({"bpe", "unigram"}))
       ->capture_default_str();
-  t->add_option("--out", train->out_dir, "output folder: tokenizer.model, tokenizer.vocab")
+  t->add_option("--out", train->out_dir,
+                "output folder: tokenizer.model, tokenizer.vocab (other files there stay)")
       ->required();
   t->add_option("--threads", train->threads, "training threads")->capture_default_str();
   t->add_option("--text-field", train->text_field, "JSONL field with the text")

@@ -19,6 +19,7 @@
 #include "normlab/train/trainer.h"
 #include "normlab/util/cpu_allocator.h"
 #include "normlab/util/device.h"
+#include "normlab/util/file_io.h"
 #include "normlab/util/log.h"
 #include "python_tool.h"
 
@@ -69,6 +70,7 @@ Runner setup_train(CLI::App& sub) {
     if (out.empty())
       out = "runs/" + std::filesystem::path(o->config).stem().string() + "-" +
             std::string(enum_name(cfg.model.scheme));
+    check_output_folder(out);  // a file there stays as it is
     const DistEnv env = dist_env_from(environment());
     std::filesystem::create_directories(out);
     // Rank 0 logs to the console and train.log; the other ranks only their errors.

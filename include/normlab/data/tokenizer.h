@@ -35,8 +35,15 @@ struct TokenizerTrainOptions {
   uint64_t seed = 0;
 };
 
+/// The smallest vocabulary with byte fallback: 3 special pieces, 256 byte pieces, and a piece
+/// for each character that covers the text (SentencePiece keeps them whole), the word boundary
+/// U+2581 and at least one more. A text of C such characters needs 259 + C.
+inline constexpr int64_t kMinVocabSize = 261;
+
 /// Trains a model on the documents of `inputs` (one training sentence per line) and writes
-/// out_dir/tokenizer.model and tokenizer.vocab atomically. Returns the model path.
+/// out_dir/tokenizer.model and tokenizer.vocab atomically, beside whatever else out_dir holds.
+/// A vocab_size below the text's minimum is a TokenizerError stating that minimum; an out_dir
+/// that exists and is not a folder is a FileError, before any work. Returns the model path.
 std::string tokenizer_train(const TokenizerTrainOptions& options);
 
 class Tokenizer {

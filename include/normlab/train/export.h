@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "normlab/nn/model.h"
 
@@ -14,10 +15,14 @@ namespace normlab {
 class WriteFault;  // util/file_io.h
 
 /// `source` is a checkpoint folder or a run folder (its newest checkpoint). Returns the
-/// checkpoint exported. The output folder is written atomically (temporary name, rename).
+/// checkpoint exported. The files go into `out_dir` beside whatever it already holds (a git
+/// clone of a model repository keeps its .git, README and the rest); each file written replaces
+/// the one of its name atomically (util/file_io.h, StagedFiles), so a crash leaves the previous
+/// files whole. An `out_dir` that exists and is not a folder is a FileError, nothing written.
 /// `fault` (tests only): its files are written through it (util/file_io.h, WriteFault).
+/// `written`: the names of the files written.
 std::string export_model(const std::string& source, const std::string& out_dir,
-                         WriteFault* fault = nullptr);
+                         WriteFault* fault = nullptr, std::vector<std::string>* written = nullptr);
 
 /// The model config of an export folder's config.json.
 ModelConfig export_config(const std::string& dir);

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "normlab/config/config.h"
 #include "normlab/util/safetensors.h"
@@ -61,7 +62,9 @@ std::string olmo_import(const std::string& file_or_dir, const RunConfig& cfg,
 
 /// Writes OUT_DIR/model.safetensors under the official names (fp32) and
 /// OUT_DIR/normlab_config.yaml (the run's configuration, for importing it back) from a
-/// checkpoint or run folder, atomically. Returns the checkpoint exported.
-std::string olmo_export(const std::string& source, const std::string& out_dir);
+/// checkpoint or run folder, each file atomically and beside whatever else OUT_DIR holds (as
+/// export_model, export.h). Returns the checkpoint exported; `written`: the names written.
+std::string olmo_export(const std::string& source, const std::string& out_dir,
+                        std::vector<std::string>* written = nullptr);
 
 }  // namespace normlab

@@ -10,6 +10,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "normlab/util/error.h"
 
@@ -101,7 +102,8 @@ void fsync_directory(const std::string& dir);
 
 /// A folder written whole or not at all: files go into a temporary folder next to the final
 /// one, and commit() makes it durable and renames it into place, so the final path only ever
-/// holds a complete folder (checkpoints, token shards, exports all write this way):
+/// holds a complete folder (checkpoints and token shards write this way; exports write into a
+/// folder beside what it holds, StagedFiles below):
 ///
 ///   AtomicFolder f("runs/x/export");      // creates runs/x/export.tmp-<pid>
 ///   safetensors_save(f.path() + "/model.safetensors", ...);
@@ -128,6 +130,40 @@ class AtomicFolder {
   std::string final_, tmp_;
   bool committed_ = false;
 };
+
+/// Files written into a folder beside whatever it already holds (exports, which a user may
+/// write into a git clone of a model repository): the files go into a hidden staging folder
+/// inside it (FOLDER/.normlab.tmp-<pid>), and commit() fsyncs them, renames each over its final
+/// name and fsyncs the folder. Files the writer does not write are never touched, and a final
+/// name only ever holds a whole file, the previous one or the new one; a crash while the files
+/// are written leaves the previous ones as they were and the staging folder, which the next
+/// writer of the folder removes (its process is gone). The folder is created when missing; a
+/// path that exists and is not a folder is a FileError naming it before anything is written.
+/// Destroyed without commit() (an exception on the way), the staging folder is removed, and
+/// the folder too when this writer created it and it is empty again.
+class StagedFiles {
+ public:
+  explicit StagedFiles(std::string folder);
+  ~StagedFiles();
+  StagedFiles(const StagedFiles&) = delete;
+  StagedFiles& operator=(const StagedFiles&) = delete;
+
+  /// The staging folder to write into (file names only, no subfolders).
+  const std::string& path() const { return tmp_; }
+  /// Moves every file of path() into the folder, replacing those of the same name; returns
+  /// their names, sorted. Throws FileError, before replacing any, when a name is taken by
+  /// something that is not a file (a folder).
+  std::vector<std::string> commit();
+
+ private:
+  std::string folder_, tmp_;
+  bool created_ = false, committed_ = false;
+};
+
+/// For the commands whose --out names a folder: throws FileError "<path>: exists and is not a
+/// folder ..." when `path` exists as anything else (a regular file, a dangling link), so that
+/// the command stops before any work and changes nothing. A missing path is fine.
+void check_output_folder(const std::string& path);
 
 /// Removes the FINAL.tmp-<pid> and FINAL.old-<pid> folders that writers of `final_path` left
 /// when they were killed (their process is gone).
