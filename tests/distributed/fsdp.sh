@@ -179,7 +179,7 @@ timeout 120 "${mpi[@]}" -n 1 "${run[@]}" : -n 1 env NORMLAB_FAULT=raise_at_step:
 took=$(( $(date +%s) - start ))
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$took" -le 60 ] || { cat "$out"; echo "FAIL: SIGSEGV in one rank: exit $rc after $took s"; exit 1; }
 # (In a sanitizer build the sanitizer's handler reports the SEGV and the rank exits non-zero.)
-grep -Eq "exited on signal 11|Sanitizer: SEGV" "$out" || { cat "$out"; echo "FAIL: rank 1's SIGSEGV is not reported"; exit 1; }
+grep -Eq "exited on signal 11|Sanitizer: SEGV|Sanitizer:DEADLYSIGNAL" "$out" || { cat "$out"; echo "FAIL: rank 1's SIGSEGV is not reported"; exit 1; }
 survivor=$(grep -c "^normlab train: rank 0 of 2: " "$out" || true)
 [ "$survivor" -eq 1 ] || { cat "$out"; echo "FAIL: the surviving rank printed $survivor lines, expected 1"; exit 1; }
 echo "SIGSEGV in one rank: job exit $rc after $took s; $(grep -m1 -Eo 'process rank 1 .*|Sanitizer: SEGV' "$out"); rank 0: $(grep "^normlab train: rank 0 of 2: " "$out" | cut -c1-100)"
