@@ -1,12 +1,18 @@
 // normlab train --config X.yaml [--set k=v ...] [--out RUN_DIR] [--resume] [--init-from W]
 // SIGINT/SIGTERM: the first one finishes the current step, saves a checkpoint and exits with
-// code 4 (resumable); a second one ends the process at once (checkpoints are atomic).
+// code 4 (resumable), and says so in one line on stderr; a second one ends the process at once
+// (checkpoints are atomic).
+// NORMLAB_CPU_ALLOCATOR=system keeps LibTorch's own CPU allocator instead of the caching one
+// (sanitizer builds do so by default: a cache that hands a freed block out again at once hides
+// a use after free from AddressSanitizer).
 // Under mpirun, srun or torchrun every process runs this with the same arguments: the
 // launcher's variables make it one rank of an FSDP run (docs/distributed.md).
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -19,6 +25,7 @@
 #include "normlab/train/trainer.h"
 #include "normlab/util/cpu_allocator.h"
 #include "normlab/util/device.h"
+#include "normlab/util/error.h"
 #include "normlab/util/file_io.h"
 #include "normlab/util/log.h"
 #include "python_tool.h"
@@ -30,12 +37,49 @@ namespace {
 
 std::atomic<bool> g_train_stop{
     false};  // written by the signal handler only (main's, not the library's)
+// The handler's line, formatted before it is installed (only write(2) is safe in a handler).
+char g_stop_line[2][200];
+size_t g_stop_length[2];
 
 extern "C" void on_signal(int sig) {
   if (g_train_stop.exchange(true)) {  // second signal: default action
     std::signal(sig, SIG_DFL);
     std::raise(sig);
+    return;
   }
+  const int k = sig == SIGINT ? 0 : 1;
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, g_stop_line[k], g_stop_length[k]);
+}
+
+void install_stop_handler(const DistEnv& env) {
+  const std::string who =
+      env.world > 1 ? "rank " + std::to_string(env.rank) + " of " + std::to_string(env.world) + ": "
+                    : "";
+  const char* names[2] = {"SIGINT", "SIGTERM"};
+  for (int k = 0; k < 2; ++k) {
+    const std::string line = "normlab train: " + who + names[k] +
+                             ": stopping after this step with a checkpoint (a second signal "
+                             "ends the process at once)\n";
+    g_stop_length[k] = std::min(line.size(), sizeof g_stop_line[k]);
+    std::memcpy(g_stop_line[k], line.data(), g_stop_length[k]);
+  }
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr const char* kDefaultAllocator = "system";
+#else
+constexpr const char* kDefaultAllocator = "caching";
+#endif
+
+// NORMLAB_CPU_ALLOCATOR: caching (the default) or system.
+bool caching_allocator_wanted(const std::map<std::string, std::string>& env) {
+  const auto it = env.find("NORMLAB_CPU_ALLOCATOR");
+  const std::string v = it == env.end() || it->second.empty() ? kDefaultAllocator : it->second;
+  if (v != "caching" && v != "system")
+    throw ConfigError("NORMLAB_CPU_ALLOCATOR='" + v + "': expected caching or system");
+  return v == "caching";
 }
 
 std::map<std::string, std::string> environment() {
@@ -71,7 +115,9 @@ Runner setup_train(CLI::App& sub) {
       out = "runs/" + std::filesystem::path(o->config).stem().string() + "-" +
             std::string(enum_name(cfg.model.scheme));
     check_output_folder(out);  // a file there stays as it is
-    const DistEnv env = dist_env_from(environment());
+    const std::map<std::string, std::string> vars = environment();
+    const DistEnv env = dist_env_from(vars);
+    const bool caching = caching_allocator_wanted(vars);
     std::filesystem::create_directories(out);
     // Rank 0 logs to the console and train.log; the other ranks only their errors.
     Logger log = env.rank == 0 ? Logger("train", log_level_from_string(cfg.logging.level),
@@ -80,10 +126,11 @@ Runner setup_train(CLI::App& sub) {
     // CPU tensors of a step are reallocated with the same sizes every step: reuse them
     // instead of returning them to the kernel (docs/training.md, "Speed").
     // Never destroyed: tensors freed during static destruction at exit still return to it.
-    static auto* cpu_allocator = new CpuCachingAllocator();
-    cpu_allocator->install();
-    std::signal(SIGINT, on_signal);
-    std::signal(SIGTERM, on_signal);
+    if (caching) {
+      static auto* cpu_allocator = new CpuCachingAllocator();
+      cpu_allocator->install();
+    }
+    install_stop_handler(env);
     TrainOptions opts;
     opts.run_dir = out;
     opts.resume = o->resume;

@@ -15,7 +15,8 @@ namespace {
 
 constexpr const char* kForms =
     "abort_after_bytes:checkpoint:N, abort_after_bytes:export:N, raise_at_step:SIGNAL:N or "
-    "raise_in_parent_at_step:SIGNAL:N, with SIGNAL one of SIGINT, SIGTERM, SIGKILL";
+    "raise_in_parent_at_step:SIGNAL:N, with SIGNAL one of SIGINT, SIGTERM, SIGKILL, SIGSEGV, "
+    "SIGABRT";
 
 [[noreturn]] void bad(const std::string& value, const std::string& why) {
   throw ConfigError("NORMLAB_FAULT='" + value + "': " + why + " (test-only fault injection; " +
@@ -49,11 +50,17 @@ Fault parse_fault(const std::string& value) {
     return f;
   }
   if (parts[0] == "raise_at_step" || parts[0] == "raise_in_parent_at_step") {
-    const std::pair<const char*, int> signals[] = {
-        {"SIGINT", SIGINT}, {"SIGTERM", SIGTERM}, {"SIGKILL", SIGKILL}};
+    // SIGSEGV and SIGABRT stand for a crash (a bad memory access, a failed assertion): raised,
+    // they reach the same handlers and end the process the same way.
+    const std::pair<const char*, int> signals[] = {{"SIGINT", SIGINT},
+                                                   {"SIGTERM", SIGTERM},
+                                                   {"SIGKILL", SIGKILL},
+                                                   {"SIGSEGV", SIGSEGV},
+                                                   {"SIGABRT", SIGABRT}};
     for (const auto& [name, sig] : signals)
       if (parts[1] == name) f.signal = sig;
-    if (f.signal == 0) bad(value, "unknown signal '" + parts[1] + "' (SIGINT, SIGTERM, SIGKILL)");
+    if (f.signal == 0)
+      bad(value, "unknown signal '" + parts[1] + "' (SIGINT, SIGTERM, SIGKILL, SIGSEGV, SIGABRT)");
     f.kind = Fault::Kind::RaiseAtStep;
     f.parent = parts[0] == "raise_in_parent_at_step";
     f.step = static_cast<int64_t>(number(value, parts[2], 1));

@@ -7,8 +7,8 @@
 //                                       been written (counted over every checkpoint this
 //                                       process writes: normlab train, checkpoint consolidate)
 //   abort_after_bytes:export:N          the same for the files of `normlab export`
-//   raise_at_step:SIGNAL:N              normlab train raises SIGNAL (SIGINT, SIGTERM, SIGKILL)
-//                                       in itself after step N's metrics line
+//   raise_at_step:SIGNAL:N              normlab train raises SIGNAL (SIGINT, SIGTERM, SIGKILL,
+//                                       SIGSEGV, SIGABRT) in itself after step N's metrics line
 //   raise_in_parent_at_step:SIGNAL:N    ... in its parent process instead (the sweep that
 //                                       launched it: Ctrl-C or kill -9 of the sweep at step N)
 //

@@ -2,11 +2,15 @@
 // polled, so that a peer that died or hangs ends in a CommError after the timeout (mpirun
 // itself also ends the job when a rank exits abnormally). Polling sleeps between tests: with
 // more ranks than cores (tests, laptops) a spinning wait would starve the ranks it waits for.
+// A collective that failed or timed out is still active inside MPI, which may write into its
+// buffers whenever MPI is entered again: its tensors are kept alive for the rest of the process
+// (abandon), so that the memory can never be handed to another tensor.
 #include <torch/torch.h>
 #include "normlab/util/error.h"
 
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "build_config.h"
 #include "distributed/comm/backends.h"
@@ -65,6 +69,12 @@ class MpiCommunicator final : public Communicator {
     if (!initialized) {
       int provided = 0;
       MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+      // Every call comes from the thread that runs the step (the autograd engine runs CPU
+      // backward passes on the calling thread), so SERIALIZED is more than needed; FUNNELED
+      // would do, SINGLE would not (MPI's own progress threads exist besides).
+      if (provided < MPI_THREAD_FUNNELED)
+        throw DistributedError("MPI provides thread level " + std::to_string(provided) +
+                               ", normlab needs at least MPI_THREAD_FUNNELED");
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -77,10 +87,12 @@ class MpiCommunicator final : public Communicator {
   }
   ~MpiCommunicator() override {
     // After a failed collective, peers may be gone: finalizing could block. Exiting without it
-    // makes mpirun end the job, which is what a failed rank should do.
+    // makes mpirun end the job, which is what a failed rank should do. The abandoned buffers
+    // are then never freed: MPI may still write into them until the process ends.
     if (!failed_) {
       MPI_Op_free(&bf16_sum_);
       MPI_Finalize();
+      delete abandoned_;
     }
   }
 
@@ -98,7 +110,7 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Iallgather(in.data_ptr(), count_of(in, type), type, out.data_ptr(),
                          count_of(in, type), type, MPI_COMM_WORLD, &req),
           "all_gather");
-    wait(req, "all_gather", in.numel());
+    wait(req, "all_gather", in.numel(), {out, in});
   }
 
   std::unique_ptr<Pending> all_gather_async(torch::Tensor& out, const torch::Tensor& in) override {
@@ -107,7 +119,7 @@ class MpiCommunicator final : public Communicator {
     TORCH_CHECK(out.numel() == in.numel() * world_ && out.scalar_type() == in.scalar_type(),
                 "all_gather: out must hold world x in elements of the same dtype");
     const MPI_Datatype type = mpi_type(in, false);
-    auto p = std::make_unique<InFlight>(this, in.numel());
+    auto p = std::make_unique<InFlight>(this, in.numel(), out, in);
     check(MPI_Iallgather(in.data_ptr(), count_of(in, type), type, out.data_ptr(),
                          count_of(in, type), type, MPI_COMM_WORLD, &p->req),
           "all_gather");
@@ -124,7 +136,7 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count_of(out, type), type,
                                     sum_op(in), MPI_COMM_WORLD, &req),
           "reduce_scatter");
-    wait(req, "reduce_scatter", in.numel());
+    wait(req, "reduce_scatter", in.numel(), {out, in});
   }
 
   void all_reduce(torch::Tensor& t, ReduceOp op) override {
@@ -136,7 +148,7 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t, type), type,
                          op == ReduceOp::Sum ? sum_op(t) : MPI_MAX, MPI_COMM_WORLD, &req),
           "all_reduce");
-    wait(req, "all_reduce", t.numel());
+    wait(req, "all_reduce", t.numel(), {t});
   }
 
   void broadcast(torch::Tensor& t, int root) override {
@@ -145,13 +157,13 @@ class MpiCommunicator final : public Communicator {
     MPI_Request req;
     check(MPI_Ibcast(t.data_ptr(), count_of(t, type), type, root, MPI_COMM_WORLD, &req),
           "broadcast");
-    wait(req, "broadcast", t.numel());
+    wait(req, "broadcast", t.numel(), {t});
   }
 
   void barrier() override {
     MPI_Request req;
     check(MPI_Ibarrier(MPI_COMM_WORLD, &req), "barrier");
-    wait(req, "barrier", 0);
+    wait(req, "barrier", 0, {});
   }
 
  private:
@@ -168,17 +180,23 @@ class MpiCommunicator final : public Communicator {
     throw CommError(std::string("MPI ") + what + " failed: " + std::string(msg, len));
   }
 
-  void wait(MPI_Request& req, const char* what, int64_t numel) {
+  // Completes `req`; on an error or the timeout `buffers` (the collective's tensors) are
+  // abandoned before the CommError is thrown.
+  void wait(MPI_Request& req, const char* what, int64_t numel,
+            std::initializer_list<torch::Tensor> buffers) {
     using Clock = std::chrono::steady_clock;
     const auto deadline = Clock::now() + timeout_;
     for (int spins = 0;; ++spins) {
       int done = 0;
-      check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
+      const int rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) abandon(buffers);
+      check(rc, what);
       if (done) return;
       if (spins > 200)
         std::this_thread::sleep_for(std::chrono::microseconds(spins > 20000 ? 1000 : 50));
       if ((spins & 63) == 0 && Clock::now() > deadline) {
         failed_ = true;
+        abandon(buffers);
         throw CommError(
             std::string(what) + " of " + std::to_string(numel) +
             " elements did not complete within " + std::to_string(timeout_.count()) +
@@ -187,29 +205,44 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  // Holds its buffers until the gather completed: the caller's tensors may go first.
   struct InFlight final : Pending {
-    InFlight(MpiCommunicator* c, int64_t n) : comm(c), numel(n) {}
+    InFlight(MpiCommunicator* c, int64_t n, torch::Tensor o, torch::Tensor i)
+        : comm(c), numel(n), out(std::move(o)), in(std::move(i)) {}
     void wait() override {
-      if (!done) comm->wait(req, "all_gather", numel);
+      if (!done) comm->wait(req, "all_gather", numel, {out, in});
       done = true;
     }
     ~InFlight() override {
-      if (done || comm->failed_) return;
+      if (done) return;
+      if (comm->failed_) {  // peers may be gone: no waiting, and MPI may still write into them
+        comm->abandon({out, in});
+        return;
+      }
       try {
-        comm->wait(req, "all_gather", numel);  // never leave MPI writing into a freed buffer
-      } catch (const CommError&) {
+        comm->wait(req, "all_gather", numel, {out, in});
+      } catch (const CommError&) {  // abandoned by wait
       }
     }
     MpiCommunicator* comm;
     int64_t numel;
+    torch::Tensor out, in;
     MPI_Request req = MPI_REQUEST_NULL;
     bool done = false;
   };
+
+  // Keeps the buffers of a collective that failed or timed out alive (see the top of the file).
+  void abandon(std::initializer_list<torch::Tensor> buffers) {
+    for (const torch::Tensor& t : buffers)
+      if (t.defined()) abandoned_->push_back(t);
+  }
 
   int rank_ = 0, world_ = 1;
   MPI_Op bf16_sum_ = MPI_OP_NULL;
   std::chrono::seconds timeout_;
   bool failed_ = false;
+  // Owned; left allocated when a collective failed (the destructor's comment says why).
+  std::vector<torch::Tensor>* abandoned_ = new std::vector<torch::Tensor>();
 };
 
 }  // namespace
