@@ -13,8 +13,10 @@ set(NORMLAB_SOURCES
   data/tokenizer.cpp
   distributed/comm/mpi.cpp
   distributed/comm/nccl.cpp
+  distributed/agreement.cpp
   distributed/communicator.cpp
   distributed/fsdp.cpp
+  distributed/slurm_hostlist.cpp
   eval/diagnostics.cpp
   eval/evaluate.cpp
   eval/generate.cpp

@@ -1,5 +1,6 @@
 // Trainer construction: the run folder and its lock, the device, the data (training, validation,
-// the diagnostics batch, tasks), the model (with FSDP when sharded) and the optimizer, then the
+// the diagnostics batch, tasks), the model, the ranks' agreement on what they run (several
+// processes), FSDP when sharded and the optimizer, then the
 // resumed state, the resolved config.yaml, the logs and the run's description in the log.
 #include <torch/torch.h>
 
@@ -8,6 +9,7 @@
 #include <sstream>
 
 #include "normlab/config/config_io.h"
+#include "normlab/distributed/agreement.h"
 #include "normlab/eval/info.h"
 #include "normlab/nn/attention.h"
 #include "normlab/nn/weights.h"
@@ -147,6 +149,11 @@ void Trainer::Impl::build_model() {
   for (const auto& p : model->parameters()) {
     params.push_back(p);
     n_params += p.numel();
+  }
+  if (world > 1) {  // before FSDP's first gather: every rank about to run the same thing
+    std::vector<std::pair<std::string, torch::Tensor>> weights;
+    for (const auto& p : model->named_parameters()) weights.emplace_back(p.key(), p.value());
+    check_ranks_agree(comm, launch_facts(config_to_yaml(cfg), comm, device, weights), device);
   }
   activation_checkpointing_every =
       cfg.train.activation_checkpointing == ActivationCheckpointing::None ? 0

@@ -102,10 +102,10 @@ Runner setup_train(CLI::App& sub) {
       co.backend = cfg.distributed.backend;
       co.timeout = std::chrono::seconds(cfg.distributed.timeout_seconds);
       co.engine_for_one = cfg.distributed.force_fsdp;
-      const torch::Device device = resolve_device(cfg.train.device, env.local_rank);
+      const torch::Device device = resolve_device(cfg.train.device, gpu_placement(env));
       comm = make_communicator(env, co, device);
       opts.comm = comm.get();
-      opts.device_index = env.local_rank;
+      opts.device_index = device.is_cuda() ? device.index() : -1;
       s = train(cfg, opts);
     } catch (const std::exception& e) {
       if (env.world == 1) throw;
