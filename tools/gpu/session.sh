@@ -82,6 +82,13 @@ step() {
   return 0
 }
 
+# The pack's environment before any step: env.sh stops the session when this torch is not the
+# pack's or the NVIDIA driver is too old for its CUDA, with a message saying which.
+if [ -n "$pack" ]; then
+  # shellcheck disable=SC1091
+  source "$pack/env.sh" "$python" || { say "the pack's env.sh refused this machine: no step ran"; exit 1; }
+fi
+
 # ---- 1. probe ------------------------------------------------------------------------------------
 probe() {
   for c in "nvidia-smi" "nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv" \
@@ -106,8 +113,6 @@ cp "$out/01-probe.log" "$out/probe.txt" 2>/dev/null
 
 # ---- 2. binaries ---------------------------------------------------------------------------------
 if [ -n "$pack" ]; then
-  # shellcheck disable=SC1091
-  source "$pack/env.sh" "$python" || { say "the pack's env.sh failed"; exit 1; }
   bin=$pack/bin normlab=$pack/bin/normlab tests=$pack/bin/normlab_gpu_tests bench=$pack/bin/normlab-bench-kernels
   data=$pack/data/kjv
   step binaries 30 "$normlab" version
