@@ -21,6 +21,7 @@ set(NORMLAB_SOURCES
   eval/evaluate.cpp
   eval/generate.cpp
   eval/info.cpp
+  eval/mfu.cpp
   eval/tasks.cpp
   nn/activation_checkpointing.cpp
   nn/add_rms_norm.cpp
