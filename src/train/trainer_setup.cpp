@@ -223,10 +223,19 @@ void Trainer::Impl::describe() {
                 attn_backend.c_str(), flops_token);
   info(msg);
   if (device.is_cuda()) {
-    std::snprintf(msg, sizeof msg,
-                  "matmul: %.1f TFLOP/s measured (bf16 8192^3); MFU over %.0f TFLOP/s nominal "
-                  "and over this",
-                  matmul_flops / 1e12, kPeakBf16Flops / 1e12);
+    gpu_name = cuda_devices().at(static_cast<size_t>(std::max<int>(device.index(), 0))).name;
+    peak = mfu_peak(gpu_name, cfg.logging.peak_tflops * 1e12);
+    if (peak)
+      std::snprintf(msg, sizeof msg,
+                    "matmul: %.1f TFLOP/s measured (bf16 8192^3); MFU over %.0f TFLOP/s (%s, %s) "
+                    "and over this",
+                    matmul_flops / 1e12, peak->flops / 1e12, gpu_name.c_str(),
+                    peak->model == "given" ? "logging.peak_tflops" : peak->model.c_str());
+    else
+      std::snprintf(msg, sizeof msg,
+                    "matmul: %.1f TFLOP/s measured (bf16 8192^3); %s has no peak in the table: "
+                    "MFU over this only (logging.peak_tflops sets one)",
+                    matmul_flops / 1e12, gpu_name.c_str());
     info(msg);
   }
 }

@@ -198,14 +198,16 @@ for name, status, secs in csv.reader(open(f"{out}/steps.tsv"), delimiter="\t"):
     print(f"| {name} | {status} | {secs} |")
 rows = [r for r in csv.reader(open(f"{out}/bench.tsv"), delimiter="\t") if r]
 if rows:
-    print("\n| scheme | trainer | status | tokens/s | MFU (989 TFLOP/s) | MFU (measured matmul) | peak GiB | SDPA |")
+    print("\n| scheme | trainer | status | tokens/s | MFU (GPU's peak) +- spread | MFU (measured matmul) | peak GiB | SDPA |")
     print("|---|---|---|---:|---:|---:|---:|---|")
     ours = {}
-    for s, side, status, tps, mfu, mfu_m, peak, sdpa in rows:
+    pct = lambda v: f"{100 * float(v):.1f} %" if v else "-"
+    for s, side, status, tps, mfu, mfu_m, peak, sdpa, *rest in rows:
         if status != "ok":
             print(f"| {s} | {side} | {status} | | | | | |")
             continue
-        print(f"| {s} | {side} | ok | {float(tps):.0f} | {100 * float(mfu):.1f} % | {100 * float(mfu_m):.1f} % "
+        spread = f" +- {100 * float(rest[0]):.1f}" if mfu and rest and rest[0] else ""
+        print(f"| {s} | {side} | ok | {float(tps):.0f} | {pct(mfu)}{spread} | {pct(mfu_m)} "
               f"| {int(peak) / 2**30:.1f} | {sdpa} |")
         if side == "normlab":
             ours[s] = float(tps)
