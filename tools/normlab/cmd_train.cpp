@@ -111,8 +111,10 @@ Runner setup_train(CLI::App& sub) {
       if (env.world == 1) throw;
       // One rank failing must end the job: exit without finalizing the engine (a finalize would
       // wait for peers that are blocked in a collective); the launcher stops the others.
-      std::cerr << "normlab train: rank " << env.rank << " of " << env.world
-                << ": error: " << e.what() << std::endl;
+      // One write, so that the lines of ranks failing together do not interleave.
+      std::cerr << ("normlab train: rank " + std::to_string(env.rank) + " of " +
+                    std::to_string(env.world) + ": error: " + e.what() + "\n")
+                << std::flush;
       std::_Exit(1);
     }
     if (env.rank != 0) return exit_code(s.status);
