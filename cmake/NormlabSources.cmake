@@ -13,12 +13,15 @@ set(NORMLAB_SOURCES
   data/tokenizer.cpp
   distributed/comm/mpi.cpp
   distributed/comm/nccl.cpp
+  distributed/agreement.cpp
   distributed/communicator.cpp
   distributed/fsdp.cpp
+  distributed/slurm_hostlist.cpp
   eval/diagnostics.cpp
   eval/evaluate.cpp
   eval/generate.cpp
   eval/info.cpp
+  eval/mfu.cpp
   eval/tasks.cpp
   nn/activation_checkpointing.cpp
   nn/add_rms_norm.cpp

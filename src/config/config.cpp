@@ -60,6 +60,10 @@ void validate(const RunConfig& c) {
   require(c.distributed.timeout_seconds >= 1, "distributed.timeout_seconds",
           c.distributed.timeout_seconds, "must be at least 1");
   require(c.logging.every >= 1, "logging.every", c.logging.every, "must be at least 1");
+  require(c.logging.peak_tflops >= 0, "logging.peak_tflops", c.logging.peak_tflops,
+          "must be at least 0 (0: by the GPU's name)");
+  require(c.logging.mfu_warmup >= 0, "logging.mfu_warmup", c.logging.mfu_warmup,
+          "must be at least 0");
   require(c.logging.level == "debug" || c.logging.level == "info" || c.logging.level == "warn" ||
               c.logging.level == "error",
           "logging.level", c.logging.level, "must be debug, info, warn or error");

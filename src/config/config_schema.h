@@ -140,6 +140,12 @@ void visit(V& v, LoggingConfig& l) {
   v("tensorboard", l.tensorboard,
     "also write the metrics (and diagnostics' stream norms) as TensorBoard event files under "
     "RUN_DIR/tensorboard/");
+  v("peak_tflops", l.peak_tflops,
+    "MFU's denominator in TFLOP/s; 0 = the GPU's dense bf16 peak looked up by its name "
+    "(docs/gpu.md), no nominal MFU for a GPU not in the table");
+  v("mfu_warmup", l.mfu_warmup,
+    "first steps of a run left out of its MFU (allocator growth, kernel selection); the rest "
+    "are the timed window");
 }
 
 template <class V>

@@ -6,6 +6,7 @@
 #include <charconv>
 
 #include "distributed/comm/backends.h"
+#include "normlab/distributed/slurm_hostlist.h"
 
 namespace normlab {
 
@@ -29,6 +30,42 @@ bool has(const std::map<std::string, std::string>& env, const std::string& key) 
   return env.count(key) > 0;
 }
 
+// MASTER_ADDR, else the first node of a multi-node Slurm job, else this machine; empty with
+// d.master_addr_problem set when a multi-node job names no first node.
+void rendezvous_address(const std::map<std::string, std::string>& env, DistEnv& d) {
+  if (has(env, "MASTER_ADDR")) {
+    d.master_addr = env.at("MASTER_ADDR");
+    return;
+  }
+  std::string nodes_var;
+  for (const char* k : {"SLURM_JOB_NUM_NODES", "SLURM_NNODES"})
+    if (has(env, k) && env_int(env, k, 1, 1, 1 << 20) > 1) {
+      nodes_var = std::string(k) + "=" + env.at(k);
+      break;
+    }
+  if (nodes_var.empty()) return;  // one node: 127.0.0.1
+  const std::string fix =
+      ": export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -1) "
+      "before srun";
+  for (const char* k : {"SLURM_JOB_NODELIST", "SLURM_NODELIST"}) {
+    if (!has(env, k)) continue;
+    try {
+      d.master_addr = slurm_first_host(env.at(k));
+    } catch (const DistributedError& e) {
+      d.master_addr.clear();
+      d.master_addr_problem = "MASTER_ADDR is not set in a Slurm job on several nodes (" +
+                              nodes_var + ") and " + k + " does not name its first node (" +
+                              e.what() + ")" + fix;
+    }
+    return;
+  }
+  d.master_addr.clear();
+  d.master_addr_problem = "MASTER_ADDR is not set in a Slurm job on several nodes (" + nodes_var +
+                          ") and neither SLURM_JOB_NODELIST nor SLURM_NODELIST names its first "
+                          "node" +
+                          fix;
+}
+
 }  // namespace
 
 DistEnv dist_env_from(const std::map<std::string, std::string>& env) {
@@ -39,6 +76,7 @@ DistEnv dist_env_from(const std::map<std::string, std::string>& env) {
     d.world = env_int(env, "WORLD_SIZE", 1, 1, kMax);
     d.rank = env_int(env, "RANK", 0, 0, d.world - 1);
     d.local_rank = env_int(env, "LOCAL_RANK", 0, 0, kMax);
+    d.has_local_rank = has(env, "LOCAL_RANK");
     d.agent_store = env.count("TORCHELASTIC_USE_AGENT_STORE") &&
                     env.at("TORCHELASTIC_USE_AGENT_STORE") == "True";
     if (has(env, "TORCHELASTIC_RESTART_COUNT"))
@@ -48,20 +86,35 @@ DistEnv dist_env_from(const std::map<std::string, std::string>& env) {
     d.world = env_int(env, "OMPI_COMM_WORLD_SIZE", 1, 1, kMax);
     d.rank = env_int(env, "OMPI_COMM_WORLD_RANK", 0, 0, d.world - 1);
     d.local_rank = env_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0, 0, kMax);
+    d.has_local_rank = has(env, "OMPI_COMM_WORLD_LOCAL_RANK");
   } else if (has(env, "PMIX_RANK") && has(env, "SLURM_NTASKS")) {  // srun --mpi=pmix
     d.launcher = "mpi";
     d.world = env_int(env, "SLURM_NTASKS", 1, 1, kMax);
     d.rank = env_int(env, "PMIX_RANK", 0, 0, d.world - 1);
     d.local_rank = env_int(env, "SLURM_LOCALID", 0, 0, kMax);
+    d.has_local_rank = has(env, "SLURM_LOCALID");
   } else if (has(env, "SLURM_PROCID") && has(env, "SLURM_NTASKS")) {
     d.launcher = "slurm";
     d.world = env_int(env, "SLURM_NTASKS", 1, 1, kMax);
     d.rank = env_int(env, "SLURM_PROCID", 0, 0, d.world - 1);
     d.local_rank = env_int(env, "SLURM_LOCALID", 0, 0, kMax);
+    d.has_local_rank = has(env, "SLURM_LOCALID");
   }
-  if (has(env, "MASTER_ADDR")) d.master_addr = env.at("MASTER_ADDR");
+  for (const char* k : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"})
+    if (has(env, k)) d.gpu_vars[k] = env.at(k);
+  for (const char* k : {"CUDA_VISIBLE_DEVICES", "SLURM_GPUS_PER_TASK", "SLURM_STEP_GPUS"})
+    if (has(env, k)) d.gpu_vars[k] = env.at(k);
+  rendezvous_address(env, d);
   d.master_port = env_int(env, "MASTER_PORT", d.master_port, 1, 65535);
   return d;
+}
+
+GpuPlacement gpu_placement(const DistEnv& env) {
+  GpuPlacement p;
+  p.local_rank = env.has_local_rank ? env.local_rank : -1;
+  p.world = env.world;
+  p.vars = env.gpu_vars;
+  return p;
 }
 
 double Communicator::sum(double v) {
@@ -111,7 +164,11 @@ std::unique_ptr<Communicator> make_communicator(const DistEnv& env, const CommOp
     if (!device.is_cuda())
       throw ConfigError("distributed.backend = nccl needs train.device = cuda (got " +
                         device.str() + ")");
-    return comm::make_nccl(env, o);
+    if (env.master_addr.empty()) throw DistributedError(env.master_addr_problem);
+    if (!device.has_index())
+      throw ConfigError("distributed.backend = nccl needs a CUDA device with its index (got " +
+                        device.str() + ")");
+    return comm::make_nccl(env, o, device);
   }
   if (env.launcher != "mpi")
     throw ConfigError(

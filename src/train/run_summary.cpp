@@ -68,7 +68,11 @@ std::string run_summary_json(const RunSummary& s) {
                       {"peak_memory_bytes", s.peak_memory_bytes},
                       {"tasks", tasks}};
   if (s.mfu) j["mfu"] = *s.mfu;
+  if (s.mfu_spread) j["mfu_spread"] = *s.mfu_spread;
+  if (s.peak_flops) j["peak_flops"] = *s.peak_flops;
   if (s.mfu_measured) j["mfu_measured"] = *s.mfu_measured;
+  if (s.mfu_steps > 0) j["mfu_steps"] = s.mfu_steps;
+  if (!s.gpu.empty()) j["gpu"] = s.gpu;
   if (s.matmul_flops) j["matmul_flops_measured"] = *s.matmul_flops;
   if (s.world_size > 0) {
     j["world_size"] = s.world_size;
@@ -101,6 +105,10 @@ RunSummary run_summary_parse(const std::string& text, const std::string& path) {
   s.peak_memory_bytes = field<double>(j, "peak_memory_bytes", 0.0, path);
   if (j.contains("mfu")) s.mfu = field<double>(j, "mfu", 0.0, path);
   if (j.contains("mfu_measured")) s.mfu_measured = field<double>(j, "mfu_measured", 0.0, path);
+  if (j.contains("mfu_spread")) s.mfu_spread = field<double>(j, "mfu_spread", 0.0, path);
+  if (j.contains("peak_flops")) s.peak_flops = field<double>(j, "peak_flops", 0.0, path);
+  s.mfu_steps = field<int64_t>(j, "mfu_steps", 0, path);
+  s.gpu = field<std::string>(j, "gpu", "", path);
   if (j.contains("matmul_flops_measured"))
     s.matmul_flops = field<double>(j, "matmul_flops_measured", 0.0, path);
   if (const auto t = j.find("tasks"); t != j.end() && t->is_object())

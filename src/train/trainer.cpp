@@ -149,11 +149,7 @@ RunSummary Trainer::Impl::finish(RunStatus status) {
   sum.wall_seconds = st.wall_seconds;
   sum.peak_memory_bytes = device_memory_bytes(device, /*peak=*/true);
   sum.tasks = final_tasks;
-  if (device.is_cuda() && sum.wall_seconds > 0) {
-    sum.mfu = sum.tokens_per_s() * flops_token / kPeakBf16Flops;
-    sum.mfu_measured = sum.tokens_per_s() * flops_token / matmul_flops;
-    sum.matmul_flops = matmul_flops;
-  }
+  if (device.is_cuda()) log_mfu();
   if (sharded) sum.world_size = world;
   if (lead) run_summary_write(o.run_dir, sum);
   return sum;
@@ -192,6 +188,7 @@ RunSummary Trainer::Impl::run() {
     line["tokens"] = st.tokens;
     line["tokens_per_s"] = tokens_per_step / m.seconds;
     line["step_seconds"] = m.seconds;
+    step_secs.push_back(m.seconds);
     log_progress(m);
     const bool last = m.step == cfg.train.steps;
     if (last || (cfg.eval.every > 0 && m.step % cfg.eval.every == 0)) add_evaluation(m.step, line);

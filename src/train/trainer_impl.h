@@ -27,6 +27,7 @@
 #include "normlab/distributed/communicator.h"
 #include "normlab/distributed/fsdp.h"
 #include "normlab/eval/diagnostics.h"
+#include "normlab/eval/mfu.h"
 #include "normlab/eval/tasks.h"
 #include "normlab/nn/activation_checkpointing.h"
 #include "normlab/nn/model.h"
@@ -41,8 +42,6 @@ namespace normlab {
 
 struct Trainer::Impl {
   using Clock = std::chrono::steady_clock;
-  // H100/H200 SXM dense bf16, the nominal MFU denominator
-  static constexpr double kPeakBf16Flops = 989e12;
   static double seconds_since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
   }
@@ -118,6 +117,10 @@ struct Trainer::Impl {
   std::unique_ptr<EventWriter> events;  // logging.tensorboard: RUN_DIR/tensorboard/
   bool events_failed = false;
   double flops_token = 0.0, tokens_per_step = 0.0, matmul_flops = 0.0;
+  std::string gpu_name;           // CUDA: the device's name
+  std::optional<GpuPeak> peak;    // CUDA: MFU's denominator (none: not in the table)
+  std::vector<double> step_secs;  // this invocation's steps, for the steady-state MFU
+  void log_mfu();                 // the steady-state MFU at the end, into the log and summary
   std::string attn_backend;
   RunSummary sum;
   std::map<std::string, TaskScore> final_tasks;  // the newest multiple-choice accuracies

@@ -147,9 +147,12 @@ void Trainer::Impl::log_progress(const StepMetrics& m) {
                         "step %lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s",
                         static_cast<long long>(m.step), static_cast<long long>(cfg.train.steps),
                         m.loss, m.lr, m.grad_norm, tps);
-  if (device.is_cuda())
+  if (device.is_cuda() && peak)
     n += std::snprintf(msg + n, sizeof msg - n, " | mfu %.1f%% (%.1f%% of measured)",
-                       100.0 * tps * flops_token / kPeakBf16Flops,
+                       100.0 * tps * flops_token / peak->flops,
+                       100.0 * tps * flops_token / matmul_flops);
+  else if (device.is_cuda())
+    n += std::snprintf(msg + n, sizeof msg - n, " | mfu %.1f%% of measured",
                        100.0 * tps * flops_token / matmul_flops);
   std::snprintf(msg + n, sizeof msg - n, " | mem %.2f GiB | eta %s",
                 device_memory_bytes(device) / (1 << 30),
@@ -159,6 +162,40 @@ void Trainer::Impl::log_progress(const StepMetrics& m) {
   info(msg);
   window_seconds = 0.0;
   window_steps = 0;
+}
+
+// CUDA, at the end: the MFU of the steady state, this invocation's steps after the first
+// logging.mfu_warmup (eval/mfu.h), into summary.json and the log.
+void Trainer::Impl::log_mfu() {
+  sum.gpu = gpu_name;
+  sum.matmul_flops = matmul_flops;
+  const SteadyState w = steady_state(step_secs, tokens_per_step, cfg.logging.mfu_warmup);
+  if (w.steps == 0) {
+    info("mfu: no step after the " + std::to_string(w.warmup) +
+         " warm-up steps (logging.mfu_warmup): not measured");
+    return;
+  }
+  sum.mfu_steps = w.steps;
+  const std::optional<Mfu> measured = mfu(w, flops_token, matmul_flops);
+  if (measured) sum.mfu_measured = measured->mean;
+  std::optional<Mfu> m;
+  if (peak) m = mfu(w, flops_token, peak->flops);
+  char msg[320];
+  int n = std::snprintf(msg, sizeof msg, "mfu over %lld steps after %lld warm-up steps: %.0f tok/s",
+                        static_cast<long long>(w.steps), static_cast<long long>(w.warmup),
+                        w.tokens_per_s);
+  if (m) {
+    sum.mfu = m->mean;
+    sum.mfu_spread = m->spread;
+    sum.peak_flops = m->peak_flops;
+    n += std::snprintf(
+        msg + n, sizeof msg - n, ", MFU %.1f%% +- %.1f%% (min %.1f%%, max %.1f%%) of %.0f TFLOP/s",
+        100 * m->mean, 100 * m->spread, 100 * m->min, 100 * m->max, m->peak_flops / 1e12);
+  }
+  if (measured)
+    std::snprintf(msg + n, sizeof msg - n, ", %.1f%% of the measured matmul rate",
+                  100 * measured->mean);
+  info(msg);
 }
 
 // Under FSDP, once at rest after the first step: the state each rank holds, measured.

@@ -1,5 +1,6 @@
 // Trainer construction: the run folder and its lock, the device, the data (training, validation,
-// the diagnostics batch, tasks), the model (with FSDP when sharded) and the optimizer, then the
+// the diagnostics batch, tasks), the model, the ranks' agreement on what they run (several
+// processes), FSDP when sharded and the optimizer, then the
 // resumed state, the resolved config.yaml, the logs and the run's description in the log.
 #include <torch/torch.h>
 
@@ -8,6 +9,7 @@
 #include <sstream>
 
 #include "normlab/config/config_io.h"
+#include "normlab/distributed/agreement.h"
 #include "normlab/eval/info.h"
 #include "normlab/nn/attention.h"
 #include "normlab/nn/weights.h"
@@ -148,6 +150,11 @@ void Trainer::Impl::build_model() {
     params.push_back(p);
     n_params += p.numel();
   }
+  if (world > 1) {  // before FSDP's first gather: every rank about to run the same thing
+    std::vector<std::pair<std::string, torch::Tensor>> weights;
+    for (const auto& p : model->named_parameters()) weights.emplace_back(p.key(), p.value());
+    check_ranks_agree(comm, launch_facts(config_to_yaml(cfg), comm, device, weights), device);
+  }
   activation_checkpointing_every =
       cfg.train.activation_checkpointing == ActivationCheckpointing::None ? 0
       : cfg.train.activation_checkpointing == ActivationCheckpointing::Block
@@ -216,10 +223,19 @@ void Trainer::Impl::describe() {
                 attn_backend.c_str(), flops_token);
   info(msg);
   if (device.is_cuda()) {
-    std::snprintf(msg, sizeof msg,
-                  "matmul: %.1f TFLOP/s measured (bf16 8192^3); MFU over %.0f TFLOP/s nominal "
-                  "and over this",
-                  matmul_flops / 1e12, kPeakBf16Flops / 1e12);
+    gpu_name = cuda_devices().at(static_cast<size_t>(std::max<int>(device.index(), 0))).name;
+    peak = mfu_peak(gpu_name, cfg.logging.peak_tflops * 1e12);
+    if (peak)
+      std::snprintf(msg, sizeof msg,
+                    "matmul: %.1f TFLOP/s measured (bf16 8192^3); MFU over %.0f TFLOP/s (%s, %s) "
+                    "and over this",
+                    matmul_flops / 1e12, peak->flops / 1e12, gpu_name.c_str(),
+                    peak->model == "given" ? "logging.peak_tflops" : peak->model.c_str());
+    else
+      std::snprintf(msg, sizeof msg,
+                    "matmul: %.1f TFLOP/s measured (bf16 8192^3); %s has no peak in the table: "
+                    "MFU over this only (logging.peak_tflops sets one)",
+                    matmul_flops / 1e12, gpu_name.c_str());
     info(msg);
   }
 }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <initializer_list>
 
 namespace normlab {
 
@@ -33,6 +34,56 @@ torch::Device resolve_device(const std::string& name, int default_index) {
   if (d.is_cuda() && !d.has_index())
     d = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(std::max(default_index, 0)));
   return d;
+}
+
+namespace {
+
+// "K1=v1, K2=v2" for those of `keys` present in `vars`; "K1, K2 unset" when none is.
+std::string vars_named(const std::map<std::string, std::string>& vars,
+                       std::initializer_list<const char*> keys) {
+  std::string set, unset;
+  for (const char* k : keys) {
+    const auto it = vars.find(k);
+    std::string& to = it != vars.end() ? set : unset;
+    to += (to.empty() ? "" : ", ") + std::string(k) + (it != vars.end() ? "=" + it->second : "");
+  }
+  return set.empty() ? unset + " unset" : set;
+}
+
+}  // namespace
+
+int choose_cuda_index(const GpuPlacement& p, int visible) {
+  const std::string filters =
+      vars_named(p.vars, {"CUDA_VISIBLE_DEVICES", "SLURM_GPUS_PER_TASK", "SLURM_STEP_GPUS"});
+  const std::string ranks =
+      vars_named(p.vars, {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"});
+  if (visible <= 0)
+    throw ConfigError("this rank's GPU: no CUDA device is visible to this process (" + filters +
+                      ")");
+  if (visible == 1) return 0;  // one device per rank: whatever the local rank says
+  if (p.local_rank >= 0 && p.local_rank < visible) return p.local_rank;
+  if (p.local_rank >= visible)
+    throw ConfigError("this rank's GPU: local rank " + std::to_string(p.local_rank) + " (" + ranks +
+                      ") but " + std::to_string(visible) + " CUDA devices are visible (" + filters +
+                      "): start at most " + std::to_string(visible) +
+                      " ranks per node, or give each rank one device (srun --gpus-per-task 1, "
+                      "or CUDA_VISIBLE_DEVICES=<one id> per rank)");
+  if (p.world > 1)
+    throw ConfigError("this rank's GPU: " + std::to_string(visible) +
+                      " CUDA devices are visible (" + filters +
+                      ") and the launcher gave no local rank (" + ranks + ") to this rank of " +
+                      std::to_string(p.world) +
+                      ": set LOCAL_RANK, or give each rank one device (CUDA_VISIBLE_DEVICES=<one "
+                      "id> per rank)");
+  return 0;  // a single process: the first device
+}
+
+torch::Device resolve_device(const std::string& name, const GpuPlacement& placement) {
+  const torch::Device d = resolve_device(name, -1);
+  if (!d.is_cuda() || name.find(':') != std::string::npos) return d;  // cuda:N named
+  return torch::Device(torch::kCUDA,
+                       static_cast<c10::DeviceIndex>(choose_cuda_index(
+                           placement, static_cast<int>(torch::cuda::device_count()))));
 }
 
 double device_memory_bytes(const torch::Device& device, bool peak) {

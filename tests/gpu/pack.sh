@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU pack (tools/gpu/pack.sh) works away from this build: packs the build tree, copies the
 # pack into an empty folder and deletes the original, then, from the copy and against the
-# Python torch only (env.sh): every library the binaries load resolves inside the pack, inside
-# torch's site-packages or to the C/C++ runtime; `normlab version` runs; one CPU training step
+# Python torch only (env.sh): env.sh refuses a torch other than the pack's (a fake python) and
+# a driver too old for its CUDA (a fake nvidia-smi); every library the binaries load resolves
+# inside the pack, inside torch's site-packages or to the C/C++ runtime; `normlab version` runs; one CPU training step
 # of the tiny config on the packed corpus completes; the GPU test binary and the kernel
 # benchmark start. Leaves the copy in WORK_DIR/unpacked/gpu-pack for gpu_session_dry_run.
 # Usage: pack.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
@@ -33,6 +34,26 @@ for f in "$pack"/bin/* "$pack"/lib/*; do
   want='$ORIGIN'; case $f in */bin/*) want='$ORIGIN/../lib' ;; esac
   [ "$rp" = "$want" ] || fail "$f has RUNPATH '$rp', not $want"
 done
+
+# env.sh refuses, before anything runs, a torch other than the pack's (a fake python whose
+# torch is 2.10.0) and, for a CUDA 13 pack, a driver older than 580 (a fake nvidia-smi).
+fake=$work/fake
+mkdir -p "$fake/site/torch" "$fake/bin"
+echo "__version__ = '2.10.0+cu128'" > "$fake/site/torch/version.py"
+printf '#!/bin/sh\necho %s\n' "$fake/site" > "$fake/python"
+printf '#!/bin/sh\necho 575.57.08\n' > "$fake/bin/nvidia-smi"
+chmod +x "$fake/python" "$fake/bin/nvidia-smi"
+msg=$( (source "$pack/env.sh" "$fake/python") 2>&1 ) && fail "env.sh accepted torch 2.10.0"
+echo "$msg" | grep -q "^env.sh: $fake/python has torch 2.10.0+cu128 ($fake/site/torch), but this pack was built against torch " \
+  || fail "env.sh's torch message: $msg"
+echo "refused: $msg"
+if grep -q "(CUDA 13\." "$pack/MANIFEST"; then
+  msg=$( (PATH=$fake/bin:$PATH; source "$pack/env.sh" "$python") 2>&1 ) && fail "env.sh accepted driver 575"
+  echo "$msg" | grep -q "^env.sh: the NVIDIA driver is 575.57.08, but torch .* needs driver 580 or newer" \
+    || fail "env.sh's driver message: $msg"
+  echo "refused: $msg"
+fi
+(PATH=$fake/bin:$PATH NORMLAB_PACK_NO_CHECK=1; source "$pack/env.sh" "$fake/python") || fail "NORMLAB_PACK_NO_CHECK=1 did not skip the checks"
 
 # shellcheck disable=SC1091
 source "$pack/env.sh" "$python"

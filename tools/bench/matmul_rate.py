@@ -1,7 +1,7 @@
 """The dense matmul rate a device reaches now, the denominator of the "measured" MFU that the
-GPU benchmark prints beside the nominal one (989 TFLOP/s, H100/H200 dense bf16). Same method
-as normlab's measure_matmul_flops (src/util/device.cpp): the median of timed (n x n) @ (n x n)
-products after a warm-up, synchronised; bf16 on CUDA, fp32 on the CPU.
+GPU benchmark prints beside the nominal one (over the GPU's peak dense bf16 rate, eval/mfu.h).
+Same method as normlab's measure_matmul_flops (src/util/device.cpp): the median of timed
+(n x n) @ (n x n) products after a warm-up, synchronised; bf16 on CUDA, fp32 on the CPU.
 
 Usage: matmul_rate.py [--device cuda] [--n 8192] [--reps 10]
 Prints "matmul_flops=<FLOP/s>".

@@ -7,11 +7,13 @@ optionally torch.compile of the model.
 Usage: reference_train.py --shard SHARD.bin --scheme S --d-model D --n-layers L --n-heads H
            --d-ff F --vocab V --seq T --micro M --steps N [--warmup W] [--device cuda]
            [--compile] [--no-bf16] [--threads K] [--flops-per-token F] [--matmul-flops R]
+           [--peak-flops P]
 Prints the SDPA backend LibTorch picks ("sdpa <name>"), one line per timed step
 ("step <seconds>", synchronised before the clock stops) and at the end
 "result tokens_per_s=<timed tokens / timed seconds> peak_bytes=<max allocated> loss=<last>
-sdpa=<backend>" plus, with --flops-per-token, "mfu=<over 989 TFLOP/s> mfu_measured=<over R, or
-the matmul rate measured here>".
+sdpa=<backend>" plus, with --flops-per-token, "mfu_measured=<over R, or the matmul rate measured
+here>" and, with --peak-flops (the GPU's peak dense bf16 rate: `normlab mfu --gpu NAME` looks
+it up), "mfu=<over P>". gpu_bench.sh instead hands the step lines to `normlab mfu`.
 """
 import argparse
 import time
@@ -22,7 +24,6 @@ import torch
 from matmul_rate import measure
 from torch_train import LM
 
-PEAK = 989e12  # H100/H200 SXM dense bf16: the nominal MFU denominator
 SDPA_NAMES = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn", 4: "overrideable"}
 
 
@@ -46,6 +47,7 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--flops-per-token", type=float, default=0.0)
     ap.add_argument("--matmul-flops", type=float, default=0.0)
+    ap.add_argument("--peak-flops", type=float, default=0.0)
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -91,7 +93,9 @@ def main():
     line = f"result tokens_per_s={tps:.1f} peak_bytes={peak} loss={loss:.4f} sdpa={sdpa}"
     if a.flops_per_token > 0:
         rate = a.matmul_flops if a.matmul_flops > 0 else measure(dev)
-        line += f" mfu={tps * a.flops_per_token / PEAK:.4f} mfu_measured={tps * a.flops_per_token / rate:.4f}"
+        if a.peak_flops > 0:
+            line += f" mfu={tps * a.flops_per_token / a.peak_flops:.4f}"
+        line += f" mfu_measured={tps * a.flops_per_token / rate:.4f}"
     print(line)
 
 

@@ -4,7 +4,9 @@
 # rendezvous variables are set here (RANK=0, WORLD_SIZE=1, LOCAL_RANK=0, MASTER_ADDR=127.0.0.1),
 # so no host name is resolved, and the communication timeout is 60 s, so a hang ends the run
 # instead of the session. Checks that every step's loss is finite and prints tokens/s (the
-# second half of the steps), MFU both ways, peak memory and the attention kernel.
+# second half of the steps), the trainer's steady-state MFU both ways (summary.json: over the
+# GPU's peak by its name, with its spread, and over the measured matmul rate), peak memory and
+# the attention kernel.
 # Token shards come from `normlab data prepare` (the built-in corpus will do: the model's
 # vocabulary holds the tokenizer's); their content does not matter for speed.
 # Usage: tools/gpu/fsdp_1p3b.sh NORMLAB DATA_DIR OUT_DIR [MICRO_BATCH=4] [STEPS=20] [PYTHON=python3]
@@ -37,11 +39,18 @@ ok = len(rows) == s["steps_planned"] and all(l is not None and math.isfinite(l) 
 steady = rows[len(rows) // 2:]  # the second half: past warm-up and allocator growth
 per_step = rows[-1]["tokens"] // rows[-1]["step"]
 tps = len(steady) * per_step / sum(r["step_seconds"] for r in steady)
-nan = float("nan")
+if "mfu" in s:
+    mfu = (f"MFU {100 * s['mfu']:.1f} % +- {100 * s.get('mfu_spread', 0):.1f} of {s['peak_flops'] / 1e12:.0f} "
+           f"TFLOP/s ({s.get('gpu')}) over its last {s.get('mfu_steps')} steps")
+elif "mfu_measured" in s:
+    mfu = f"no peak for {s.get('gpu')} (logging.peak_tflops)"
+else:
+    mfu = "no MFU (not a GPU run)"
+if "mfu_measured" in s:
+    mfu += f", {100 * s['mfu_measured']:.1f} % of the measured matmul rate"
 print(f"siamese_hybrid, FSDP on 1 rank, micro-batch {micro}: {len(rows)} steps, "
       f"loss {losses[0]:.3f} -> {losses[-1]:.3f} ({'all finite' if ok else 'NOT ALL FINITE'}), "
-      f"{tps:.0f} tokens/s over steps {steady[0]['step']}-{steady[-1]['step']}, "
-      f"MFU {100 * s.get('mfu', nan):.1f} % of 989 TFLOP/s, {100 * s.get('mfu_measured', nan):.1f} % of the measured "
-      f"matmul rate, peak memory {s['peak_memory_bytes'] / 2**30:.1f} GiB, attention {s.get('attention_backend')}")
+      f"{tps:.0f} tokens/s over steps {steady[0]['step']}-{steady[-1]['step']}, {mfu}, "
+      f"peak memory {s['peak_memory_bytes'] / 2**30:.1f} GiB, attention {s.get('attention_backend')}")
 sys.exit(0 if ok else 1)
 PY

@@ -109,12 +109,32 @@ cp "$root"/tools/gpu/*.sh "$tmp/tools/gpu/"
 cp "$root"/tools/bench/{gpu_bench.sh,reference_train.py,torch_train.py,matmul_rate.py} "$tmp/tools/bench/"
 cp -r "$root/configs" "$tmp/configs"
 
+torch_version=$(sed -n "s/^__version__ = '\(.*\)'/\1/p" "$torch_lib/../version.py")
+torch_cuda=$(sed -n "s/^cuda[^=]*= '\(.*\)'/\1/p" "$torch_lib/../version.py")
 cat > "$tmp/env.sh" <<EOF
 # source env.sh [PYTHON]: run the packed normlab against PYTHON's torch (default python3).
+# Checks first that this torch is the one the pack was built against ($torch_version: the same
+# ABI) and, where nvidia-smi exists, that the NVIDIA driver is new enough for its CUDA
+# (${torch_cuda:-none}); NORMLAB_PACK_NO_CHECK=1 skips both.
 _pack=\$(cd "\$(dirname "\${BASH_SOURCE[0]}")" && pwd)
 _py=\${1:-\${NORMLAB_PYTHON:-python3}}
 _site=\$("\$_py" -c 'import importlib.util, os; print(os.path.dirname(os.path.dirname(importlib.util.find_spec("torch").origin)))') \\
   || { echo "env.sh: \$_py has no torch" >&2; return 1; }
+_have=\$(sed -n "s/^__version__ = '\\(.*\\)'/\\1/p" "\$_site/torch/version.py" 2>/dev/null)
+if [ -z "\${NORMLAB_PACK_NO_CHECK:-}" ] && [ "\$_have" != "$torch_version" ]; then
+  echo "env.sh: \$_py has torch \${_have:-of unknown version} (\$_site/torch), but this pack was built against torch $torch_version: install torch==$torch_version for it, or pack again against this torch (NORMLAB_PACK_NO_CHECK=1 skips this check)" >&2
+  return 1
+fi
+# The oldest driver each CUDA major version runs on (CUDA's minor version compatibility; NVIDIA
+# CUDA Toolkit release notes, "CUDA Driver" table): 13.x 580, 12.x 525.60.13, 11.x 450.80.02.
+case "${torch_cuda%%.*}" in 13) _min=580 ;; 12) _min=525.60.13 ;; 11) _min=450.80.02 ;; *) _min= ;; esac
+if [ -z "\${NORMLAB_PACK_NO_CHECK:-}" ] && [ -n "\$_min" ] && command -v nvidia-smi > /dev/null; then
+  _drv=\$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1 | tr -d ' ')
+  if [ -n "\$_drv" ] && [ "\$(printf '%s\\n' "\$_min" "\$_drv" | sort -V | head -1)" != "\$_min" ]; then
+    echo "env.sh: the NVIDIA driver is \$_drv, but torch $torch_version (CUDA $torch_cuda) needs driver \$_min or newer: update the driver, or use a torch and pack built for an older CUDA (NORMLAB_PACK_NO_CHECK=1 skips this check)" >&2
+    return 1
+  fi
+fi
 # The pack's own libraries are found through RUNPATH; LD_LIBRARY_PATH adds torch's, and
 # compat/ only when the system libstdc++ lacks the newest symbol version the pack needs ($need).
 _libs=\$_site/torch/lib
@@ -124,14 +144,14 @@ if [ -n "$need" ] && { [ -z "\$_sys" ] || ! grep -aq "$need" "\$_sys"; }; then _
 for _d in "\$_site"/nvidia/*/lib; do [ -d "\$_d" ] && _libs=\$_libs:\$_d; done
 export LD_LIBRARY_PATH=\$_libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
 export PATH=\$_pack/bin:\$PATH NORMLAB_PACK=\$_pack NORMLAB_PYTHON=\$(command -v "\$_py")
-unset _pack _py _site _libs _sys _d
+unset _pack _py _site _libs _sys _d _have _min _drv
 EOF
 
 {
   echo "normlab GPU pack"
   echo "commit      $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
   echo "built       $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), $(g++ --version | head -1)"
-  echo "libtorch    $(sed -n "s/^__version__ = '\(.*\)'/\1/p" "$torch_lib/../version.py") from $torch_lib"
+  echo "libtorch    $torch_version (CUDA ${torch_cuda:-none}) from $torch_lib"
   echo "nccl.h      $(sed -n 's/^NORMLAB_NCCL_INCLUDE_DIR:PATH=//p' "$build/CMakeCache.txt")"
   echo "cuda archs  $archs ($("$nvcc" --version | tail -1))"
   echo "libstdc++   needs $need"

@@ -82,6 +82,13 @@ step() {
   return 0
 }
 
+# The pack's environment before any step: env.sh stops the session when this torch is not the
+# pack's or the NVIDIA driver is too old for its CUDA, with a message saying which.
+if [ -n "$pack" ]; then
+  # shellcheck disable=SC1091
+  source "$pack/env.sh" "$python" || { say "the pack's env.sh refused this machine: no step ran"; exit 1; }
+fi
+
 # ---- 1. probe ------------------------------------------------------------------------------------
 probe() {
   for c in "nvidia-smi" "nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv" \
@@ -106,8 +113,6 @@ cp "$out/01-probe.log" "$out/probe.txt" 2>/dev/null
 
 # ---- 2. binaries ---------------------------------------------------------------------------------
 if [ -n "$pack" ]; then
-  # shellcheck disable=SC1091
-  source "$pack/env.sh" "$python" || { say "the pack's env.sh failed"; exit 1; }
   bin=$pack/bin normlab=$pack/bin/normlab tests=$pack/bin/normlab_gpu_tests bench=$pack/bin/normlab-bench-kernels
   data=$pack/data/kjv
   step binaries 30 "$normlab" version
@@ -193,14 +198,16 @@ for name, status, secs in csv.reader(open(f"{out}/steps.tsv"), delimiter="\t"):
     print(f"| {name} | {status} | {secs} |")
 rows = [r for r in csv.reader(open(f"{out}/bench.tsv"), delimiter="\t") if r]
 if rows:
-    print("\n| scheme | trainer | status | tokens/s | MFU (989 TFLOP/s) | MFU (measured matmul) | peak GiB | SDPA |")
+    print("\n| scheme | trainer | status | tokens/s | MFU (GPU's peak) +- spread | MFU (measured matmul) | peak GiB | SDPA |")
     print("|---|---|---|---:|---:|---:|---:|---|")
     ours = {}
-    for s, side, status, tps, mfu, mfu_m, peak, sdpa in rows:
+    pct = lambda v: f"{100 * float(v):.1f} %" if v else "-"
+    for s, side, status, tps, mfu, mfu_m, peak, sdpa, *rest in rows:
         if status != "ok":
             print(f"| {s} | {side} | {status} | | | | | |")
             continue
-        print(f"| {s} | {side} | ok | {float(tps):.0f} | {100 * float(mfu):.1f} % | {100 * float(mfu_m):.1f} % "
+        spread = f" +- {100 * float(rest[0]):.1f}" if mfu and rest and rest[0] else ""
+        print(f"| {s} | {side} | ok | {float(tps):.0f} | {pct(mfu)}{spread} | {pct(mfu_m)} "
               f"| {int(peak) / 2**30:.1f} | {sdpa} |")
         if side == "normlab":
             ours[s] = float(tps)

@@ -149,17 +149,19 @@ Runner setup_train(CLI::App& sub) {
       co.backend = cfg.distributed.backend;
       co.timeout = std::chrono::seconds(cfg.distributed.timeout_seconds);
       co.engine_for_one = cfg.distributed.force_fsdp;
-      const torch::Device device = resolve_device(cfg.train.device, env.local_rank);
+      const torch::Device device = resolve_device(cfg.train.device, gpu_placement(env));
       comm = make_communicator(env, co, device);
       opts.comm = comm.get();
-      opts.device_index = env.local_rank;
+      opts.device_index = device.is_cuda() ? device.index() : -1;
       s = train(cfg, opts);
     } catch (const std::exception& e) {
       if (env.world == 1) throw;
       // One rank failing must end the job: exit without finalizing the engine (a finalize would
       // wait for peers that are blocked in a collective); the launcher stops the others.
-      std::cerr << "normlab train: rank " << env.rank << " of " << env.world
-                << ": error: " << e.what() << std::endl;
+      // One write, so that the lines of ranks failing together do not interleave.
+      std::cerr << ("normlab train: rank " + std::to_string(env.rank) + " of " +
+                    std::to_string(env.world) + ": error: " + e.what() + "\n")
+                << std::flush;
       std::_Exit(1);
     }
     if (env.rank != 0) return exit_code(s.status);

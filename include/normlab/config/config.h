@@ -84,6 +84,8 @@ struct LoggingConfig {
   int64_t every = 10;
   std::string level = "info";
   bool tensorboard = false;
+  double peak_tflops = 0.0;  // MFU's denominator; 0: by the GPU's name (eval/mfu.h)
+  int64_t mfu_warmup = 3;    // steps left out of the MFU window
 };
 
 struct DistributedConfig {

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "normlab/config/enums.h"
+#include "normlab/util/device.h"
 #include "normlab/util/error.h"
 
 namespace normlab {
@@ -26,8 +27,14 @@ struct DistEnv {
   std::string launcher = "none";  // none, torchrun, slurm, mpi
   int rank = 0;
   int world = 1;
-  int local_rank = 0;  // the GPU index on this node
+  int local_rank = 0;           // this process's index among the job's processes on its node
+  bool has_local_rank = false;  // the launcher gave local_rank (else it is 0 by default)
+  std::map<std::string, std::string> gpu_vars;  // what chooses the GPU (GpuPlacement::vars)
+  // The TCPStore rendezvous of NCCL: MASTER_ADDR; else, in a Slurm job over several nodes, the
+  // job's first node; else this machine. Empty when a multi-node job gives no way to know it:
+  // master_addr_problem then says why, and the NCCL engine refuses to start.
   std::string master_addr = "127.0.0.1";
+  std::string master_addr_problem;
   int master_port = 29500;
   bool agent_store = false;  // torchrun's agent hosts the TCPStore (TORCHELASTIC_USE_AGENT_STORE)
   std::string restart_count = "0";
@@ -37,7 +44,13 @@ struct DistEnv {
 /// MASTER_PORT, TORCHELASTIC_*), Open MPI / PMIx (OMPI_COMM_WORLD_*, PMIX_RANK), Slurm
 /// (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID). None: a single process. Throws
 /// std::invalid_argument naming the variable when a value is malformed or out of range.
+/// Without MASTER_ADDR, a Slurm job on more than one node (SLURM_JOB_NUM_NODES or SLURM_NNODES
+/// above 1) takes the first host of SLURM_JOB_NODELIST (or SLURM_NODELIST); a single node keeps
+/// 127.0.0.1.
 DistEnv dist_env_from(const std::map<std::string, std::string>& env);
+
+/// This rank's placement for choosing its GPU (choose_cuda_index, util/device.h).
+GpuPlacement gpu_placement(const DistEnv& env);
 
 /// A collective did not complete (timeout, a dead peer, an engine error).
 class CommError : public DistributedError {
@@ -53,6 +66,9 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int world() const = 0;
   virtual std::string backend() const = 0;
+  /// The engine library's version where it matters for agreement between ranks (NCCL's,
+  /// "2.27.5"); empty otherwise.
+  virtual std::string engine_version() const { return ""; }
 
   /// out (world * n elements) <- every rank's `in` (n elements), in rank order. Contiguous,
   /// same dtype and device.
@@ -85,10 +101,12 @@ struct CommOptions {
   bool engine_for_one = false;  // world 1 on CUDA still through NCCL (measuring FSDP)
 };
 
-/// The communicator for `env` on `device`: SingleProcess when env.world == 1 (unless
+/// The communicator for `env` on `device` (NCCL runs on that CUDA device: resolve it with
+/// resolve_device(name, gpu_placement(env))): SingleProcess when env.world == 1 (unless
 /// engine_for_one on a CUDA device); throws
 /// std::invalid_argument when the backend does not fit the device or the launcher (MPI needs
-/// mpirun or srun; NCCL needs a CUDA build and device), naming what to change.
+/// mpirun or srun; NCCL needs a CUDA build and device, and a rendezvous address), naming what
+/// to change.
 std::unique_ptr<Communicator> make_communicator(const DistEnv& env, const CommOptions& options,
                                                 torch::Device device);
 

@@ -6,7 +6,12 @@
 //   steps, steps_planned steps done and train.steps
 //   final_train_loss ... null when not finite or not measured (no validation split)
 //   tokens, wall_seconds, tokens_per_s   tokens trained on over the training time
-//   mfu, mfu_measured    CUDA only: over 989 TFLOP/s and over the measured matmul rate
+//   mfu, mfu_spread      CUDA only, over the steady-state steps (logging.mfu_warmup dropped):
+//                        model FLOP/s over the GPU's peak dense bf16 rate (peak_flops, by the
+//                        GPU's name or logging.peak_tflops; absent when neither), and the
+//                        standard deviation of the per-step MFU
+//   mfu_measured         the same over the matmul rate measured at start
+//   mfu_steps, gpu       the window's steps and the GPU's name
 //   tasks                the newest multiple-choice accuracies, by task name
 //   world_size, ...      FSDP runs only
 #pragma once
@@ -56,8 +61,12 @@ struct RunSummary {
   std::string attention_backend;  // the SDPA kernel the steps ran on (attention.h)
   int64_t parameters = 0;
   double peak_memory_bytes = 0.0;
-  std::optional<double> mfu;           // CUDA: model FLOP/s over 989 TFLOP/s
+  std::optional<double> mfu;           // CUDA: model FLOP/s over the peak, steady steps
+  std::optional<double> mfu_spread;    // CUDA: the per-step MFU's standard deviation
+  std::optional<double> peak_flops;    // CUDA: that peak (absent: the GPU is not in the table)
   std::optional<double> mfu_measured;  // CUDA: over the matmul rate measured at start
+  int64_t mfu_steps = 0;               // CUDA: the steps of the MFU window
+  std::string gpu;                     // CUDA: the GPU's name
   std::optional<double> matmul_flops;  // CUDA: that rate
   std::map<std::string, TaskScore> tasks;
   // FSDP runs (world_size > 0): the most bytes of parameters, gradients and optimizer state any

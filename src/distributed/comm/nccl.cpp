@@ -14,6 +14,7 @@
 #define USE_C10D_NCCL
 #endif
 #include <c10/cuda/CUDAFunctions.h>
+#include <nccl.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -32,8 +33,8 @@ class NcclCommunicator final : public Communicator {
   };
 
  public:
-  NcclCommunicator(const DistEnv& env, const CommOptions& o) : rank_(env.rank), world_(env.world) {
-    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+  NcclCommunicator(const DistEnv& env, const CommOptions& o, torch::Device device)
+      : rank_(env.rank), world_(env.world), device_(device) {
     c10::cuda::set_device(device_.index());  // before the first collective
     c10d::TCPStoreOptions so;
     so.port = static_cast<uint16_t>(env.master_port);
@@ -56,6 +57,12 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world() const override { return world_; }
   std::string backend() const override { return "nccl"; }
+  std::string engine_version() const override {
+    int v = 0;  // NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch (since 2.9)
+    if (ncclGetVersion(&v) != ncclSuccess) return "unknown";
+    return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+           std::to_string(v % 100);
+  }
 
   void all_gather(torch::Tensor& out, const torch::Tensor& in) override {
     torch::Tensor src = in;
@@ -97,13 +104,14 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_nccl(const DistEnv& env, const CommOptions& options) {
-  return std::make_unique<NcclCommunicator>(env, options);
+std::unique_ptr<Communicator> make_nccl(const DistEnv& env, const CommOptions& options,
+                                        torch::Device device) {
+  return std::make_unique<NcclCommunicator>(env, options, device);
 }
 
 #else
 
-std::unique_ptr<Communicator> make_nccl(const DistEnv&, const CommOptions&) {
+std::unique_ptr<Communicator> make_nccl(const DistEnv&, const CommOptions&, torch::Device) {
   throw ConfigError(
       "this normlab was built without NCCL (a CUDA build with nccl.h): "
       "distributed.backend = nccl is unavailable");

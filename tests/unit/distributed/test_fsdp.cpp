@@ -18,97 +18,10 @@
 #include "normlab/util/error.h"
 #include "normlab/util/file_io.h"
 #include "support.h"
+#include "unit/distributed/thread_comm.h"
 
 namespace normlab {
 namespace {
-
-// W threads as W ranks: every collective is a barrier-separated exchange through shared memory.
-class ThreadGroup {
- public:
-  explicit ThreadGroup(int world) : slots_(world), world_(world) {}
-  int world() const { return world_; }
-  void barrier() {
-    std::unique_lock<std::mutex> lock(mu_);
-    const int64_t gen = generation_;
-    if (++arrived_ == world_) {
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return generation_ != gen; });
-    }
-  }
-  std::vector<torch::Tensor> slots_;
-
- private:
-  int world_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int arrived_ = 0;
-  int64_t generation_ = 0;
-};
-
-class ThreadComm final : public Communicator {
- public:
-  ThreadComm(ThreadGroup& g, int rank) : g_(g), rank_(rank) {}
-  int rank() const override { return rank_; }
-  int world() const override { return g_.world(); }
-  std::string backend() const override { return "threads"; }
-  void all_gather(torch::Tensor& out, const torch::Tensor& in) override {
-    exchange(in);
-    for (int r = 0; r < world(); ++r) out.narrow(0, r * in.numel(), in.numel()).copy_(g_.slots_[r]);
-    g_.barrier();
-  }
-  void reduce_scatter(torch::Tensor& out, const torch::Tensor& in) override {
-    exchange(in);
-    out.zero_();
-    for (int r = 0; r < world(); ++r)
-      out.add_(g_.slots_[r].narrow(0, rank_ * out.numel(), out.numel()));
-    g_.barrier();
-  }
-  void all_reduce(torch::Tensor& t, ReduceOp op) override {
-    exchange(t.clone());
-    torch::Tensor acc = g_.slots_[0].clone();
-    for (int r = 1; r < world(); ++r)
-      acc = op == ReduceOp::Sum ? acc + g_.slots_[r] : torch::maximum(acc, g_.slots_[r]);
-    g_.barrier();
-    t.copy_(acc);
-  }
-  void broadcast(torch::Tensor& t, int root) override {
-    exchange(t.clone());
-    torch::Tensor v = g_.slots_[root].clone();
-    g_.barrier();
-    t.copy_(v);
-  }
-  void barrier() override { g_.barrier(); }
-
- private:
-  void exchange(const torch::Tensor& t) {
-    g_.slots_[rank_] = t;
-    g_.barrier();
-  }
-  ThreadGroup& g_;
-  int rank_;
-};
-
-// Runs fn(rank, comm) on `world` threads; rethrows the first failure.
-void on_ranks(int world, const std::function<void(int, Communicator&)>& fn) {
-  ThreadGroup group(world);
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(world);
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      ThreadComm comm(group, r);
-      try {
-        fn(r, comm);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
 
 // Rank threads build their models one at a time: the seed is the process's generator.
 DecoderLM build(const ModelConfig& cfg, uint64_t seed) {
