@@ -42,6 +42,12 @@ sets=()
 for kv in ${NORMLAB_BENCH_SET:-}; do sets+=(--set "$kv"); done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# torch.compile's kernel cache is not keyed by ATen's CPU capability: a cache filled with the
+# native kernels and reused under ATEN_CPU_CAPABILITY=avx2 crashes the compiled model (bus error;
+# under =default its C++ no longer compiles; PyTorch 2.11). A lowered capability gets its own cache.
+if [ -n "${ATEN_CPU_CAPABILITY:-}" ] && [ -z "${TORCHINDUCTOR_CACHE_DIR:-}" ]; then
+  export TORCHINDUCTOR_CACHE_DIR="${TMPDIR:-/tmp}/torchinductor_$(id -un)_$ATEN_CPU_CAPABILITY"
+fi
 shard=$(ls "$data"/shards/train-*.bin | head -1)
 failed=0
 gpu=${NORMLAB_BENCH_GPU:-}
