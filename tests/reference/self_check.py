@@ -23,6 +23,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import compare_goldens  # noqa: E402
+import hyper_checks  # noqa: E402
 import normlab_ref as ref  # noqa: E402
 
 DT = torch.float64
@@ -405,6 +406,7 @@ def finite_difference_grads():
 
 def check_golden_file(case, scheme, overrides, T, cfg):
     """Problems with one golden file (an empty list when it is right)."""
+    ref = make_goldens.reference_for(scheme)  # noqa: F811 (hyper_ref for hyper)
     problems = []
     if cfg != ref.make_config(scheme, **overrides):
         problems.append("config differs from make_goldens.py's case")
@@ -503,6 +505,7 @@ def main():
     tied_head()
     param_overhead()
     finite_difference_grads()
+    hyper_checks.run(check, maxdiff, tokens_for, args.golden if os.path.isdir(args.golden) else None)
     if os.path.isdir(args.golden):
         check_goldens(args.golden)
     else:

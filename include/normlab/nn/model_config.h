@@ -15,6 +15,7 @@ namespace normlab {
 enum class NormType { RmsNorm, LayerNorm };
 enum class InitMethod { Mitchell, Normal, Megatron };
 enum class OutputFusion { Code, Paper };
+enum class HyperOutStd { One, SqrtN };
 
 // clang-format off
 template <> struct EnumNames<NormType> {
@@ -27,6 +28,9 @@ template <> struct EnumNames<InitMethod> {
 template <> struct EnumNames<OutputFusion> {
   static constexpr NameRow<OutputFusion> rows[] = {{OutputFusion::Code, "code"}, {OutputFusion::Paper, "paper"}};
 };
+template <> struct EnumNames<HyperOutStd> {
+  static constexpr NameRow<HyperOutStd> rows[] = {{HyperOutStd::One, "1"}, {HyperOutStd::SqrtN, "sqrt_n"}};
+};
 // clang-format on
 
 /// SiameseNorm's ablation switches (docs/paper.md, Ablation switches); read only by siamese and
@@ -35,6 +39,15 @@ struct SiameseOptions {
   bool depth_scale = true;
   bool input_norm = true;
   OutputFusion output_fusion = OutputFusion::Code;
+};
+
+/// Hyper-Connections' options (docs/schemes.md, hyper); read only by the hyper scheme.
+struct HyperOptions {
+  int64_t n = 2;        // expansion rate: 1, 2, 4 or 8 streams
+  bool dynamic = true;  // DHC (true) or SHC (false)
+  bool tanh = true;     // tanh on the dynamic projections
+  HyperOutStd out_std_mult =
+      HyperOutStd::One;  // init std of attn.out and mlp.down: x1 or x sqrt(n)
 };
 
 struct ModelConfig {
@@ -53,6 +66,7 @@ struct ModelConfig {
   InitMethod init = InitMethod::Mitchell;
   double init_std = 0.02;
   SiameseOptions siamese;
+  HyperOptions hyper;
   std::optional<double> deep_norm_alpha;
   std::optional<double> deep_norm_beta;
   std::optional<int64_t> mix_ln_post_layers;

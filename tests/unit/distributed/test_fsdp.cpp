@@ -136,6 +136,7 @@ TEST(Fsdp, ShardedGradientsEqualTheWholeBatchGradient) {
   expect_sharded_gradients(Scheme::Siamese, 2, true,
                            false);  // tied head, gathered through backward
   expect_sharded_gradients(Scheme::ResiDual, 3, true, true);
+  expect_sharded_gradients(Scheme::Hyper, 2, false, true);  // (B, T, n, C) state, scalars s
 }
 
 TEST(Fsdp, GathersAndReducesInBfloat16) {
@@ -156,6 +157,7 @@ TEST(Fsdp, GathersAndReducesInBfloat16) {
 TEST(Fsdp, ComposesWithActivationCheckpointing) {
   expect_sharded_gradients(Scheme::SiameseHybrid, 2, false, true, true);
   expect_sharded_gradients(Scheme::PreNorm, 3, true, false, true);
+  expect_sharded_gradients(Scheme::Hyper, 3, false, true, true);
 }
 
 TEST(Fsdp, TrainingStepsMatchOneProcess) {

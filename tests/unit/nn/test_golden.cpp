@@ -28,6 +28,13 @@ using normlab::test::close_per_element;
 namespace {
 
 constexpr double kGoldenFp32Tol = 3e-5;
+// Hyper-Connections with dynamic connections: some gradients (the scales s, W_alpha, and what
+// flows from them) are sums whose terms largely cancel, so float32 rounding is a larger share
+// of them: the reference itself, run in float32 from the same weights, misses its float64
+// goldens by up to 5.5e-4 (a W_alpha gradient of hyper_dhc4_no_tanh; the largest seen here is
+// 4.4e-4). tests/reference/hyper_checks.py checks that the reference's float32 error stays under
+// a quarter of this bound. A wrong equation misses by 1e-1 or more.
+constexpr double kGoldenFp32TolDhc = 3e-3;
 constexpr double kGoldenFp64Rtol = 1e-10;
 constexpr double kGoldenFp64Floor = 1e-13;
 
@@ -68,11 +75,13 @@ TEST_P(GoldenTest, Float32MatchesReferenceLogitsLossAndGradients) {
   const test::Golden g = test::load_golden(GetParam());
   const GoldenRun r = run_golden(GetParam(), g, torch::kFloat);
   ASSERT_EQ(r.logits.scalar_type(), torch::kFloat);
+  const double tol = g.config.scheme == Scheme::Hyper && g.config.hyper.dynamic ? kGoldenFp32TolDhc
+                                                                                : kGoldenFp32Tol;
   double worst = 0.0;
   std::string where;
   const auto check = [&](const std::string& what, const torch::Tensor& ours,
                          const torch::Tensor& ref) {
-    EXPECT_TRUE(close(ours, ref, kGoldenFp32Tol)) << what;
+    EXPECT_TRUE(close(ours, ref, tol)) << what;
     const double e = test::max_rel_error(ours, ref);
     if (e >= worst) {
       worst = e;
