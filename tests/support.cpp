@@ -130,6 +130,8 @@ Golden load_golden(const std::string& name) {
     c.hyper.n = j.at("hyper_n");
     c.hyper.dynamic = j.at("hyper_dynamic");
     c.hyper.tanh = j.at("hyper_tanh");
+    c.hyper.variant =
+        enum_from_name<HyperVariant>(j.at("hyper_variant").get<std::string>(), "hyper_variant");
   }
   g.z_loss = j.at("z_loss");
   return g;

@@ -20,10 +20,12 @@ void visit(V& v, SiameseOptions& s) {
 
 template <class V>
 void visit(V& v, HyperOptions& h) {
+  v("variant", h.variant,
+    "hc = Hyper-Connections; mhc = manifold-constrained (sigmoid H_pre, H_post, Sinkhorn H_res)");
   v("n", h.n, "expansion rate: the residual state is n streams (1, 2, 4 or 8)");
   v("dynamic", h.dynamic,
-    "dynamic connections (DHC): alpha, beta also depend on the token through W_alpha, W_beta");
-  v("tanh", h.tanh, "DHC: tanh on the dynamic projections");
+    "hc: dynamic connections (DHC), alpha and beta depend on the token through W_alpha, W_beta");
+  v("tanh", h.tanh, "hc, DHC: tanh on the dynamic projections");
   v("out_std_mult", h.out_std_mult,
     "init std of the attention and MLP output projections times 1 or sqrt_n");
 }

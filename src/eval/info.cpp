@@ -87,8 +87,9 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const MemoryPlan& plan) {
         p.key().find("_hc.") == std::string::npos)
       vectors += 1;
   // Hyper-Connections, per HC layer (2 per block): the fp32 state H (n d) for the width
-  // connection's matmul, and with DHC its LayerNorm output (n d) for the projections.
-  const double hc = hyper ? 2.0 * 4.0 * n * d * (cfg.hyper.dynamic ? 2.0 : 1.0) : 0.0;
+  // connection's matmul, and with DHC or mHC its normalised copy (n d) for the projections.
+  const bool projected = cfg.hyper.dynamic || cfg.hyper.variant == HyperVariant::Mhc;
+  const double hc = hyper ? 2.0 * 4.0 * n * d * (projected ? 2.0 : 1.0) : 0.0;
   const double qkv_rows = (H + 2 * Hk) * D;
   const double attn = act_bytes * (d + qkv_rows + (H + Hk) * D + d) +
                       (cfg.uses_qkv_norm() ? 4.0 * qkv_rows : 0.0) + 4.0 * H;

@@ -24,7 +24,19 @@ Static (SHC): A_m, A_r, B are learned per layer ("static_alpha" = [A_m | A_r], "
 (tanh optional). The embedding is copied into the n streams; after the last layer the streams
 are summed, then the final norm and the head. The LayerNorm's eps is the model's norm_eps.
 
-Config keys added to normlab_ref's: hyper_n, hyper_dynamic, hyper_tanh.
+mHC (hyper_variant "mhc"; Xie et al., "mHC: Manifold-Constrained Hyper-Connections", arXiv
+2512.24880, Eqs. 3 and 7-8): x_{l+1} = H_res x_l + H_post^T F(H_pre x_l), with x_l the n x d
+state, and the coefficients from x~ = RMSNorm(vec(x_l)) (1 x nd, no gain, eps norm_eps):
+
+    H~_pre  = a_pre  (x~ phi_pre)  + b_pre         H_pre  = sigmoid(H~_pre)           (1 x n)
+    H~_post = a_post (x~ phi_post) + b_post        H_post = 2 sigmoid(H~_post)        (1 x n)
+    H~_res  = a_res mat(x~ phi_res) + b_res        H_res  = Sinkhorn-Knopp(exp(H~_res)) (n x n)
+
+phi = [phi_pre | phi_post | phi_res] (nd x (n^2 + 2n)), one projection; Sinkhorn-Knopp
+alternates row and column normalisation, 20 iterations (row first).
+
+Config keys added to normlab_ref's: hyper_variant ("hc" or "mhc"), hyper_n, hyper_dynamic,
+hyper_tanh (the last two for hc only).
 """
 
 import math
@@ -35,7 +47,8 @@ import torch.nn.functional as F
 
 import normlab_ref as ref
 
-HYPER_KEYS = {"hyper_n": 2, "hyper_dynamic": True, "hyper_tanh": True}
+HYPER_KEYS = {"hyper_variant": "hc", "hyper_n": 2, "hyper_dynamic": True, "hyper_tanh": True}
+SINKHORN_ITERATIONS = 20
 
 
 def make_config(scheme="hyper", **overrides):
@@ -48,6 +61,8 @@ def make_config(scheme="hyper", **overrides):
         if key not in cfg:
             raise KeyError(f"unknown config key {key}")
         cfg[key] = value
+    if cfg["hyper_variant"] not in ("hc", "mhc"):
+        raise ValueError(f"hyper_variant {cfg['hyper_variant']}")
     if cfg["hyper_n"] not in (1, 2, 4, 8):
         raise ValueError(f"hyper_n {cfg['hyper_n']}")
     return cfg
@@ -68,6 +83,14 @@ def param_shapes(cfg):
     n, d = cfg["hyper_n"], cfg["d_model"]
     shapes = ref.param_shapes(_pre_norm_cfg(cfg))
     for prefix, _ in _hc_layers(cfg):
+        if cfg["hyper_variant"] == "mhc":
+            shapes[f"{prefix}.phi"] = (n * d, n * n + 2 * n)
+            shapes[f"{prefix}.b_pre"] = (n,)
+            shapes[f"{prefix}.b_post"] = (n,)
+            shapes[f"{prefix}.b_res"] = (n, n)
+            for a in ("a_pre", "a_post", "a_res"):
+                shapes[f"{prefix}.{a}"] = (1,)
+            continue
         shapes[f"{prefix}.static_alpha"] = (n, n + 1)
         shapes[f"{prefix}.static_beta"] = (n,)
         if cfg["hyper_dynamic"]:
@@ -103,7 +126,8 @@ def init_params(cfg, seed, dtype=torch.float32):
     The Pre-Norm weights are normlab_ref's for the same seed. The HC parameters are the paper's
     init moved away from it, so that every term of the equations matters: static alpha and
     beta plus uniform noise in [-0.2, 0.2], W normal with std 1/sqrt(d) (tanh stays in its
-    curved range for LN-normalised inputs), s uniform in [0.5, 1.5].
+    curved range for LN-normalised inputs), s uniform in [0.5, 1.5]. mHC: phi normal with std
+    1/sqrt(nd), the biases b uniform in [-0.5, 0.5], the scales a uniform in [0.5, 1.5].
     """
     params = ref.init_params(_pre_norm_cfg(cfg), seed, dtype=torch.float64)
     init = paper_init(cfg)
@@ -112,7 +136,11 @@ def init_params(cfg, seed, dtype=torch.float32):
         if name in params:
             continue
         g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
-        if name.endswith(("static_alpha", "static_beta")):
+        if name.endswith("phi"):
+            t = torch.randn(shape, generator=g, dtype=torch.float64) / math.sqrt(shape[0])
+        elif name.endswith(("b_pre", "b_post", "b_res")):
+            t = torch.rand(shape, generator=g, dtype=torch.float64) - 0.5
+        elif name.endswith(("static_alpha", "static_beta")):
             t = init[name] + 0.4 * (torch.rand(shape, generator=g, dtype=torch.float64) - 0.5)
         elif name.endswith(("w_alpha", "w_beta")):
             t = torch.randn(shape, generator=g, dtype=torch.float64) / math.sqrt(d)
@@ -142,8 +170,32 @@ def connections(P, prefix, H, cfg):
     return P[f"{prefix}.s_alpha"] * a + alpha, P[f"{prefix}.s_beta"] * b + beta
 
 
+def sinkhorn_knopp(M, iterations=SINKHORN_ITERATIONS):
+    """Alternate row and column normalisation of the positive matrices M (..., n, n)."""
+    for _ in range(iterations):
+        M = M / M.sum(dim=-1, keepdim=True)
+        M = M / M.sum(dim=-2, keepdim=True)
+    return M
+
+
+def mhc_layer(P, prefix, x, cfg, branch):
+    """One mHC layer: x_{l+1} = H_res x_l + H_post^T F(H_pre x_l), x (B, T, n, d)."""
+    n = cfg["hyper_n"]
+    v = x.reshape(*x.shape[:-2], -1)                                # vec(x): (B, T, n d)
+    xt = v / torch.sqrt(v.pow(2).mean(dim=-1, keepdim=True) + cfg["norm_eps"])
+    proj = xt @ P[f"{prefix}.phi"]
+    H_pre = torch.sigmoid(P[f"{prefix}.a_pre"] * proj[..., :n] + P[f"{prefix}.b_pre"])
+    H_post = 2 * torch.sigmoid(P[f"{prefix}.a_post"] * proj[..., n:2 * n] + P[f"{prefix}.b_post"])
+    res = P[f"{prefix}.a_res"] * proj[..., 2 * n:].reshape(*proj.shape[:-1], n, n) + P[f"{prefix}.b_res"]
+    H_res = sinkhorn_knopp(torch.exp(res))
+    o = branch(torch.einsum("...i,...id->...d", H_pre, x))          # F(H_pre x)
+    return torch.einsum("...ji,...id->...jd", H_res, x) + torch.einsum("...j,...d->...jd", H_post, o)
+
+
 def hc_layer(P, prefix, H, cfg, branch):
     """One HC layer around `branch` (the Pre-Norm branch with its norm)."""
+    if cfg["hyper_variant"] == "mhc":
+        return mhc_layer(P, prefix, H, cfg, branch)
     alpha, beta = connections(P, prefix, H, cfg)
     A_m, A_r = alpha[..., :, 0], alpha[..., :, 1:]
     h_in = torch.einsum("...i,...id->...d", A_m, H)             # A_m^T H
@@ -184,10 +236,27 @@ def model_forward(P, cfg, tokens, return_trace=False):
     return (logits, loss, trace) if return_trace else (logits, loss)
 
 
+def below_rounding(cfg, grads):
+    """mHC gradients that are zero but for float64 rounding, by name: at most 1e-14 of the
+    largest gradient. They arise where H_res cannot change what the head reads: at the last
+    sub-layer the columns of H_res sum to 1 (Sinkhorn-Knopp ends on a column normalisation), so
+    sum_j (H_res x)_j = sum_i x_i, the streams' sum the head reads (exactly 0); at the first
+    sub-layer the n input streams are equal, so (H_res x)_j = (row sum j) x, and where the 20
+    iterations have converged the row sums are 1 to float64 precision. No relative bound can
+    compare such noise (1e-17 of the largest gradient); they are stored as exact zeros, and the
+    C++ test requires its own to be as small."""
+    if cfg["hyper_variant"] != "mhc":
+        return []
+    largest = max(g.abs().max().item() for g in grads.values())
+    return [n for n, g in grads.items() if g.abs().max().item() <= 1e-14 * largest]
+
+
 def logits_loss_grads(P32, cfg, tokens):
     """Float64 forward/backward from float32 weights: (logits, loss, name -> gradient)."""
     P = {n: t.detach().to(torch.float64).requires_grad_(True) for n, t in P32.items()}
     logits, loss = model_forward(P, cfg, tokens)
     names = list(P)
-    grads = torch.autograd.grad(loss, [P[n] for n in names])
-    return logits.detach(), loss.detach(), dict(zip(names, grads))
+    grads = dict(zip(names, torch.autograd.grad(loss, [P[n] for n in names])))
+    for n in below_rounding(cfg, grads):
+        grads[n] = torch.zeros_like(grads[n])
+    return logits.detach(), loss.detach(), grads

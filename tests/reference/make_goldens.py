@@ -97,12 +97,14 @@ CASES = [
     # a longer sequence
     ("t64_pre_norm", "pre_norm", compact(seq_len=64)),
     ("t64_siamese_hybrid", "siamese_hybrid", compact(seq_len=64)),
-    # Hyper-Connections (hyper_ref.py): DHC x2 on the default model, SHC and DHC at n = 2 and 4
+    # Hyper-Connections (hyper_ref.py): DHC x2 on the default model, SHC and DHC at n = 2 and 4,
+    # mHC at n = 4
     ("hyper", "hyper", {}),
     ("hyper_shc2", "hyper", compact(hyper_dynamic=False)),
     ("hyper_shc4", "hyper", compact(hyper_n=4, hyper_dynamic=False)),
     ("hyper_dhc4", "hyper", compact(hyper_n=4)),
     ("hyper_dhc4_no_tanh", "hyper", compact(hyper_n=4, hyper_tanh=False)),
+    ("hyper_mhc4", "hyper", compact(hyper_n=4, hyper_variant="mhc")),
 ]
 
 

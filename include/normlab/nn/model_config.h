@@ -16,6 +16,7 @@ enum class NormType { RmsNorm, LayerNorm };
 enum class InitMethod { Mitchell, Normal, Megatron };
 enum class OutputFusion { Code, Paper };
 enum class HyperOutStd { One, SqrtN };
+enum class HyperVariant { Hc, Mhc };
 
 // clang-format off
 template <> struct EnumNames<NormType> {
@@ -27,6 +28,9 @@ template <> struct EnumNames<InitMethod> {
 };
 template <> struct EnumNames<OutputFusion> {
   static constexpr NameRow<OutputFusion> rows[] = {{OutputFusion::Code, "code"}, {OutputFusion::Paper, "paper"}};
+};
+template <> struct EnumNames<HyperVariant> {
+  static constexpr NameRow<HyperVariant> rows[] = {{HyperVariant::Hc, "hc"}, {HyperVariant::Mhc, "mhc"}};
 };
 template <> struct EnumNames<HyperOutStd> {
   static constexpr NameRow<HyperOutStd> rows[] = {{HyperOutStd::One, "1"}, {HyperOutStd::SqrtN, "sqrt_n"}};
@@ -43,11 +47,12 @@ struct SiameseOptions {
 
 /// Hyper-Connections' options (docs/schemes.md, hyper); read only by the hyper scheme.
 struct HyperOptions {
-  int64_t n = 2;        // expansion rate: 1, 2, 4 or 8 streams
-  bool dynamic = true;  // DHC (true) or SHC (false)
-  bool tanh = true;     // tanh on the dynamic projections
-  HyperOutStd out_std_mult =
-      HyperOutStd::One;  // init std of attn.out and mlp.down: x1 or x sqrt(n)
+  HyperVariant variant = HyperVariant::Hc;  // hc: Hyper-Connections; mhc: manifold-constrained
+  int64_t n = 2;                            // expansion rate: 1, 2, 4 or 8 streams
+  bool dynamic = true;                      // hc: DHC (true) or SHC (false)
+  bool tanh = true;                         // hc: tanh on the dynamic projections
+  // The init std of attn.out and mlp.down: x 1 or x sqrt(n).
+  HyperOutStd out_std_mult = HyperOutStd::One;
 };
 
 struct ModelConfig {

@@ -33,6 +33,14 @@ TEST(Info, HyperExtraParametersFollowThePapersFormula) {
       EXPECT_EQ(p.base, Scheme::PreNorm);
       EXPECT_EQ(p.extra(), 2 * m.n_layers * per_layer) << "n=" << n << " dynamic=" << dynamic;
     }
+  // mHC: per HC layer the projection phi (n d x (n^2 + 2n)), the biases (n^2 + 2n) and 3 scales.
+  for (const int64_t n : {1, 2, 4}) {
+    ModelConfig m = test::tiny_config(Scheme::Hyper);
+    m.hyper.variant = HyperVariant::Mhc;
+    m.hyper.n = n;
+    const int64_t per_layer = n * m.d_model * (n * n + 2 * n) + n * n + 2 * n + 3;
+    EXPECT_EQ(count_parameters(m).extra(), 2 * m.n_layers * per_layer) << "mhc n=" << n;
+  }
   // The paper's 2xDHC baseline at 1.3B (16 layers, d 2048): 32 x 8,202.
   const RunConfig c =
       config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/1.3b/hyper_dhc2.yaml");

@@ -22,6 +22,8 @@
 //          |logits_HC - logits_pre| <= (r - 1) |logits_pre| <= eps (1 - 1/n^2) / (2 ms(x_L))
 //          |logits_pre|.
 #include "normlab/config/config.h"
+#include "normlab/nn/activation_checkpointing.h"
+#include "normlab/nn/kv_cache.h"
 #include "normlab/nn/model.h"
 #include "normlab/nn/norm.h"
 #include "normlab/nn/weights.h"
@@ -245,6 +247,76 @@ TEST(Hyper, WeightDecayGroups) {
     decayed_hc += want;
   }
   EXPECT_EQ(decayed_hc, 2 * 2 * 3);  // W_alpha and W_beta of 2 HC layers per block, 3 blocks
+}
+
+// mHC at its init (phi = 0, b = 0: H_pre = 1/2, H_post = 1, H_res = 1/n) keeps the streams
+// equal, x_j = x, and feeds the branch (n/2) x; with eps = 0 every norm is scale-invariant, so
+// the branch and the end see Pre-Norm's values: logits and every shared gradient equal Pre-Norm's
+// (eps = 0) up to float64 rounding. The gradient argument is the one above: the streams'
+// gradients sum to Pre-Norm's, the branch's input scale n/2 is undone by the norm's Jacobian,
+// and nothing reaches the coefficients' input while phi = 0.
+TEST(Hyper, MhcAtInitWithZeroEpsIsPreNorm) {
+  for (const int64_t n : {1, 2, 4}) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    ModelConfig cfg = hyper_config(n, true);
+    cfg.hyper.variant = HyperVariant::Mhc;
+    cfg.norm_eps = 0.0;
+    Pair p = same_weights(cfg);
+    const torch::Tensor tokens = tokens_for(cfg);
+    const Outputs h = run_model(p.hyper, tokens), r = run_model(p.pre, tokens);
+    EXPECT_LE(worst_difference(h, r), kTol);
+    // with the final norm's eps back, it is not exact any more: the check can fail
+    set_final_eps(p.pre, 1e-3);
+    if (n > 1) EXPECT_GT(worst_difference(h, run_model(p.pre, tokens)), 1e3 * kTol);
+  }
+}
+
+TEST(Hyper, MhcWeightDecayAndInit) {
+  ModelConfig cfg = hyper_config(2, true);
+  cfg.hyper.variant = HyperVariant::Mhc;
+  DecoderLM m(cfg);
+  const OptimizerConfig o;
+  for (const auto& p : m->named_parameters()) {
+    const std::string& k = p.key();
+    if (!is_hc(k)) continue;
+    const bool phi = k.size() > 4 && k.compare(k.size() - 4, 4, ".phi") == 0;
+    EXPECT_EQ(decays(k, p.value().dim(), o), phi) << k;
+    const double init = k.find(".a_") != std::string::npos ? 0.01 : 0.0;
+    EXPECT_TRUE(torch::equal(p.value(), torch::full_like(p.value(), init))) << k;
+  }
+}
+
+// The scheme-wide tests (SchemeTest, GenerateScheme, ActivationCheckpointing, Fsdp) run the
+// default variant; mHC's coefficients read a whole token (vec(H)), so check it keeps causality
+// with the KV cache and gives the same gradients under activation checkpointing, away from init.
+TEST(Hyper, MhcWithTheKvCacheAndActivationCheckpointing) {
+  ModelConfig cfg = hyper_config(4, true);
+  cfg.hyper.variant = HyperVariant::Mhc;
+  torch::manual_seed(2);
+  DecoderLM m(cfg);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : m->parameters()) p.add_(0.1 * torch::randn_like(p));
+  }
+  const torch::Tensor tokens = tokens_for(cfg);
+  torch::Tensor full, pieces;
+  {
+    torch::NoGradGuard no_grad;
+    full = m->forward(tokens);
+    KVCache cache(*m, tokens.size(0), tokens.size(1), torch::kCPU);
+    KVCacheScope scope(*m, cache);
+    pieces = torch::cat({m->forward(tokens.narrow(1, 0, 4)), m->forward(tokens.narrow(1, 4, 1)),
+                         m->forward(tokens.narrow(1, 5, 2))},
+                        1);
+  }
+  EXPECT_TRUE(close(pieces, full, 1e-5));
+  const Outputs plain = run_model(m, tokens);
+  ActivationCheckpointedBlocks hooks(1);
+  m->hooks = &hooks;
+  const Outputs ckpt = run_model(m, tokens);
+  m->hooks = nullptr;
+  for (const auto& [name, g] : plain.grads)
+    EXPECT_TRUE(close(ckpt.grads.at(name), g, 1e-6)) << name;
 }
 
 TEST(Hyper, BadOptionsNameTheirKey) {
