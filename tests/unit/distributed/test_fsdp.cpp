@@ -143,6 +143,7 @@ TEST(Fsdp, GathersAndReducesInBfloat16) {
   // bf16 gathers: exactly the gradients of the model with bf16-rounded weights (fp32 sums).
   expect_sharded_gradients(Scheme::SiameseHybrid, 3, false, true, false, torch::kBFloat16,
                            torch::kFloat);
+  expect_sharded_gradients(Scheme::Hyper, 2, false, true, false, torch::kBFloat16, torch::kFloat);
   // bf16 sums: within bf16 precision of them, and bf16 numbers.
   expect_sharded_gradients(Scheme::PreNorm, 2, true, true, false, torch::kBFloat16,
                            torch::kBFloat16);
