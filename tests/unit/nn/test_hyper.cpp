@@ -10,9 +10,9 @@
 //   Z = N_f(sum_i H_i) = N_f(n x_L) = g * n x_L / sqrt(n^2 ms(x_L) + eps) = g * x_L / sqrt(ms(x_L)
 //   + eps / n^2),
 // which is Pre-Norm's final norm with eps replaced by eps / n^2 (the sum of n equal streams is
-// exact for n = 1, 2 and 4 up to one rounding). Gradients agree too: at the end each stream
-// gets 1/n of Pre-Norm's dL/dx, the branch output O is written to n streams and so collects
-// their sum, and by induction the sum of the stream gradients is Pre-Norm's dL/dx at every
+// n x_L exactly for n = 1 and 2, and within one rounding for n = 4). Gradients agree too: at the
+// end each stream gets 1/n of Pre-Norm's dL/dx, the branch output O is written to n streams and so
+// collects their sum, and by induction the sum of the stream gradients is Pre-Norm's dL/dx at every
 // depth (the branch's own term lands on stream k only): every shared weight gets Pre-Norm's
 // gradient. Hence, in float64 (only the order of operations differs, so 1e-10 relative):
 //   n = 1: HC == Pre-Norm (eps / 1 = eps), logits and every shared gradient;
