@@ -80,7 +80,14 @@ void validate(const RunConfig& c) {
 }
 
 bool decays(const std::string& name, int64_t dim, const OptimizerConfig& cfg) {
-  if (dim < 2) return false;  // norm gains, c1, biases
+  // Hyper-Connections (docs/schemes.md): the dynamic projections W_alpha, W_beta are decayed
+  // (W_beta is a vector), the static alpha (a matrix) and mHC's bias matrix b_res are not.
+  const auto ends_with = [&](const std::string& s) {
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  if (ends_with("_hc.w_alpha") || ends_with("_hc.w_beta")) return true;
+  if (ends_with("_hc.static_alpha") || ends_with("_hc.b_res")) return false;
+  if (dim < 2) return false;  // norm gains, c1, biases, HC's static beta and scales s
   const bool embedding = name == "embed.weight" || name == "head.weight";
   return !embedding || cfg.decay_embeddings;
 }

@@ -19,6 +19,18 @@ void visit(V& v, SiameseOptions& s) {
 }
 
 template <class V>
+void visit(V& v, HyperOptions& h) {
+  v("variant", h.variant,
+    "hc = Hyper-Connections; mhc = manifold-constrained (sigmoid H_pre, H_post, Sinkhorn H_res)");
+  v("n", h.n, "expansion rate: the residual state is n streams (1, 2, 4 or 8)");
+  v("dynamic", h.dynamic,
+    "hc: dynamic connections (DHC), alpha and beta depend on the token through W_alpha, W_beta");
+  v("tanh", h.tanh, "hc, DHC: tanh on the dynamic projections");
+  v("out_std_mult", h.out_std_mult,
+    "init std of the attention and MLP output projections times 1 or sqrt_n");
+}
+
+template <class V>
 void visit(V& v, ModelConfig& m) {
   v("scheme", m.scheme, "normalization scheme (docs/schemes.md)");
   v("vocab_size", m.vocab_size, "vocabulary size; the tokenizer's must fit");
@@ -37,6 +49,7 @@ void visit(V& v, ModelConfig& m) {
   v("init", m.init, "weight initialisation (docs/schemes.md)");
   v("init_std", m.init_std, "base std of the normal and megatron inits");
   v.section("siamese", m.siamese, "SiameseNorm switches (siamese, siamese_hybrid)");
+  v.section("hyper", m.hyper, "Hyper-Connections options (hyper)");
   v("deep_norm_alpha", m.deep_norm_alpha, "DeepNorm residual scale; null = (2L)^(1/4)");
   v("deep_norm_beta", m.deep_norm_beta, "DeepNorm init scale; null = (8L)^(-1/4)");
   v("mix_ln_post_layers", m.mix_ln_post_layers,

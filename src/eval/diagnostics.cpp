@@ -123,7 +123,8 @@ void logit_lens(DecoderLMImpl& model, const torch::Tensor& logits, const StreamL
 void massive_activations(const StreamList& streams, int64_t top_k, DiagnosticsReport& r) {
   for (const auto& [name, hs] : streams)
     for (size_t i = 0; i < hs->size(); ++i) {
-      const torch::Tensor h = (*hs)[i].detach().to(torch::kFloat);
+      // (B, T, C); hyper's (B, T, n, C) state as (B, T, n C): channel = stream * C + c.
+      const torch::Tensor h = (*hs)[i].detach().to(torch::kFloat).flatten(2);
       const torch::Tensor a = h.abs().reshape({-1});
       const int64_t k = std::min<int64_t>(top_k, a.numel());
       const auto [vals, idx] = a.topk(k);

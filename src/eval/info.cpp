@@ -77,16 +77,24 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const MemoryPlan& plan) {
   const double d = static_cast<double>(cfg.d_model), dff = static_cast<double>(cfg.d_ff);
   const double H = static_cast<double>(cfg.n_heads), Hk = static_cast<double>(cfg.kv_heads());
   const double D = static_cast<double>(cfg.head_dim());
-  const double streams = scheme_is_two_stream(cfg.scheme) ? 2.0 : 1.0;
+  const bool hyper = cfg.scheme == Scheme::Hyper;
+  const double n = static_cast<double>(cfg.hyper.n);
+  const double streams = hyper ? n : scheme_is_two_stream(cfg.scheme) ? 2.0 : 1.0;
   DecoderLM model(cfg, torch::kMeta);
   double vectors = 0;  // d-wide gains (norms, c1) in block 0: each keeps a fp32 d-vector
-  for (const auto& p : model->scheme_blocks[0]->parameters())
-    if (p.dim() == 1 && p.size(0) == cfg.d_model) vectors += 1;
+  for (const auto& p : model->scheme_blocks[0]->named_parameters())
+    if (p.value().dim() == 1 && p.value().size(0) == cfg.d_model &&
+        p.key().find("_hc.") == std::string::npos)
+      vectors += 1;
+  // Hyper-Connections, per HC layer (2 per block): the fp32 state H (n d) for the width
+  // connection's matmul, and with DHC or mHC its normalised copy (n d) for the projections.
+  const bool projected = cfg.hyper.dynamic || cfg.hyper.variant == HyperVariant::Mhc;
+  const double hc = hyper ? 2.0 * 4.0 * n * d * (projected ? 2.0 : 1.0) : 0.0;
   const double qkv_rows = (H + 2 * Hk) * D;
   const double attn = act_bytes * (d + qkv_rows + (H + Hk) * D + d) +
                       (cfg.uses_qkv_norm() ? 4.0 * qkv_rows : 0.0) + 4.0 * H;
   const double mlp = act_bytes * (d + 2 * dff + 2 * dff);
-  const double per_layer_token = 4.0 * d * vectors + attn + mlp;
+  const double per_layer_token = 4.0 * d * vectors + attn + mlp + hc;
   const double tokens = static_cast<double>(plan.micro_batch * plan.seq_len);
   const double L = static_cast<double>(cfg.n_layers);
   if (plan.activation_checkpointing) {

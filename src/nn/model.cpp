@@ -30,6 +30,10 @@ torch::Tensor DecoderLMImpl::head_weight() const {
 
 torch::Tensor DecoderLMImpl::fuse(const Streams& s) const { return parts_.exit(s); }
 
+Streams DecoderLMImpl::enter(const torch::Tensor& embedding) const {
+  return parts_.enter(embedding);
+}
+
 torch::Tensor DecoderLMImpl::hidden(const torch::Tensor& tokens, const Probe& probe,
                                     int64_t skip_block) {
   TORCH_CHECK(tokens.dim() == 2, "DecoderLM: tokens must be (B, T), got ", tokens.sizes());

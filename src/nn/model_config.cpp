@@ -53,6 +53,8 @@ void validate(const ModelConfig& c) {
                   "must be positive");
   if (c.deep_norm_beta)
     require_model(*c.deep_norm_beta > 0, "deep_norm_beta", *c.deep_norm_beta, "must be positive");
+  const int64_t n = c.hyper.n;
+  require_model(n == 1 || n == 2 || n == 4 || n == 8, "hyper.n", n, "must be 1, 2, 4 or 8");
   if (c.mix_ln_post_layers)
     require_model(*c.mix_ln_post_layers >= 0 && *c.mix_ln_post_layers <= c.n_layers,
                   "mix_ln_post_layers", *c.mix_ln_post_layers, "must lie in [0, model.n_layers]");

@@ -48,6 +48,35 @@ TEST(GpuTraining, CudaForwardMatchesCpuInFp32) {
   }
 }
 
+// Hyper-Connections mix their streams outside autocast: under bf16 autocast the n residual
+// streams stay fp32 (the branches run in bf16), and the logits stay within bf16 precision of the
+// fp32 model's.
+TEST(GpuTraining, HyperKeepsItsStreamsFp32UnderBf16Autocast) {
+  NORMLAB_REQUIRE_CUDA();
+  for (const HyperVariant v : {HyperVariant::Hc, HyperVariant::Mhc}) {
+    ModelConfig c = test::tiny_config(Scheme::Hyper);
+    c.hyper.n = 4;
+    c.hyper.variant = v;
+    torch::manual_seed(3);
+    DecoderLM m(c);
+    m->to(torch::kCUDA);
+    torch::NoGradGuard g;
+    const torch::Tensor tokens = torch::randint(32, {2, 12}, torch::kLong).cuda();
+    const torch::Tensor fp32 = m->forward(tokens);
+    torch::Tensor state, bf16;
+    {
+      AutocastGuard autocast(true);
+      bf16 = m->forward(tokens, [&](std::string_view name, int64_t, const torch::Tensor& t) {
+        if (name == "x") state = t;
+      });
+    }
+    ASSERT_TRUE(state.defined());
+    EXPECT_EQ(state.dim(), 4);
+    EXPECT_EQ(state.scalar_type(), torch::kFloat) << enum_name(v);
+    EXPECT_TRUE(test::close(bf16.to(torch::kFloat).cpu(), fp32.cpu(), 5e-2)) << enum_name(v);
+  }
+}
+
 // At the 1.3B model's head shape in bf16, SDPA runs a fused kernel, not the unfused math path;
 // the matmul rate is positive and below any GPU's (a broken timer would give 0 or absurd).
 TEST(GpuTraining, AttentionRunsAFusedKernelAndTheMatmulRateIsPlausible) {

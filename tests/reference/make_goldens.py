@@ -29,6 +29,7 @@ import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hyper_ref  # noqa: E402
 import normlab_ref as ref  # noqa: E402
 
 torch.set_num_threads(1)
@@ -96,7 +97,20 @@ CASES = [
     # a longer sequence
     ("t64_pre_norm", "pre_norm", compact(seq_len=64)),
     ("t64_siamese_hybrid", "siamese_hybrid", compact(seq_len=64)),
+    # Hyper-Connections (hyper_ref.py): DHC x2 on the default model, SHC and DHC at n = 2 and 4,
+    # mHC at n = 4
+    ("hyper", "hyper", {}),
+    ("hyper_shc2", "hyper", compact(hyper_dynamic=False)),
+    ("hyper_shc4", "hyper", compact(hyper_n=4, hyper_dynamic=False)),
+    ("hyper_dhc4", "hyper", compact(hyper_n=4)),
+    ("hyper_dhc4_no_tanh", "hyper", compact(hyper_n=4, hyper_tanh=False)),
+    ("hyper_mhc4", "hyper", compact(hyper_n=4, hyper_variant="mhc")),
 ]
+
+
+def reference_for(scheme):
+    """The reference module of a scheme: hyper_ref for hyper, normlab_ref for the others."""
+    return hyper_ref if scheme == "hyper" else ref
 
 
 def make_tokens(cfg, seed):
@@ -107,10 +121,11 @@ def make_tokens(cfg, seed):
 
 def build_case(index, scheme, overrides):
     seed = index + 1
-    cfg = ref.make_config(scheme, **overrides)
-    params = ref.init_params(cfg, seed, dtype=torch.float32)
+    r = reference_for(scheme)
+    cfg = r.make_config(scheme, **overrides)
+    params = r.init_params(cfg, seed, dtype=torch.float32)
     tokens = make_tokens(cfg, seed)
-    logits, loss, grads = ref.logits_loss_grads(params, cfg, tokens)
+    logits, loss, grads = r.logits_loss_grads(params, cfg, tokens)
     tensors = {}
     for name, p in params.items():
         tensors[f"param.{name}"] = p.to(torch.float32).contiguous()

@@ -51,6 +51,8 @@ class DecoderLMImpl : public torch::nn::Module {
                        int64_t skip_block = -1);
   /// The scheme's end-of-network fusion of `s` into Z (the logit lens applies it to one stream).
   torch::Tensor fuse(const Streams& s) const;
+  /// The streams the scheme starts from, given the embedding output (B, T, C).
+  Streams enter(const torch::Tensor& embedding) const;
   /// Logits (B, T, V).
   torch::Tensor forward(const torch::Tensor& tokens, const Probe& probe = nullptr);
   /// Logits and the mean next-token loss against `targets` (B, T); z_loss weights

@@ -15,6 +15,8 @@ namespace normlab {
 enum class NormType { RmsNorm, LayerNorm };
 enum class InitMethod { Mitchell, Normal, Megatron };
 enum class OutputFusion { Code, Paper };
+enum class HyperOutStd { One, SqrtN };
+enum class HyperVariant { Hc, Mhc };
 
 // clang-format off
 template <> struct EnumNames<NormType> {
@@ -27,6 +29,12 @@ template <> struct EnumNames<InitMethod> {
 template <> struct EnumNames<OutputFusion> {
   static constexpr NameRow<OutputFusion> rows[] = {{OutputFusion::Code, "code"}, {OutputFusion::Paper, "paper"}};
 };
+template <> struct EnumNames<HyperVariant> {
+  static constexpr NameRow<HyperVariant> rows[] = {{HyperVariant::Hc, "hc"}, {HyperVariant::Mhc, "mhc"}};
+};
+template <> struct EnumNames<HyperOutStd> {
+  static constexpr NameRow<HyperOutStd> rows[] = {{HyperOutStd::One, "1"}, {HyperOutStd::SqrtN, "sqrt_n"}};
+};
 // clang-format on
 
 /// SiameseNorm's ablation switches (docs/paper.md, Ablation switches); read only by siamese and
@@ -35,6 +43,16 @@ struct SiameseOptions {
   bool depth_scale = true;
   bool input_norm = true;
   OutputFusion output_fusion = OutputFusion::Code;
+};
+
+/// Hyper-Connections' options (docs/schemes.md, hyper); read only by the hyper scheme.
+struct HyperOptions {
+  HyperVariant variant = HyperVariant::Hc;  // hc: Hyper-Connections; mhc: manifold-constrained
+  int64_t n = 2;                            // expansion rate: 1, 2, 4 or 8 streams
+  bool dynamic = true;                      // hc: DHC (true) or SHC (false)
+  bool tanh = true;                         // hc: tanh on the dynamic projections
+  // The init std of attn.out and mlp.down: x 1 or x sqrt(n).
+  HyperOutStd out_std_mult = HyperOutStd::One;
 };
 
 struct ModelConfig {
@@ -53,6 +71,7 @@ struct ModelConfig {
   InitMethod init = InitMethod::Mitchell;
   double init_std = 0.02;
   SiameseOptions siamese;
+  HyperOptions hyper;
   std::optional<double> deep_norm_alpha;
   std::optional<double> deep_norm_beta;
   std::optional<int64_t> mix_ln_post_layers;

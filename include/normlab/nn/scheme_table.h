@@ -33,3 +33,5 @@ NORMLAB_SCHEME(resi_dual, ResiDual, true, false, PostNorm)
 NORMLAB_SCHEME(siamese, Siamese, true, false, PreNorm)
 // SiameseNorm, hybrid-pre variant (the paper's LM variant)
 NORMLAB_SCHEME(siamese_hybrid, SiameseHybrid, true, true, HybridNorm)
+// Hyper-Connections: n residual streams mixed by learned width and depth connections
+NORMLAB_SCHEME(hyper, Hyper, false, false, PreNorm)

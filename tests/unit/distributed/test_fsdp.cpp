@@ -136,12 +136,14 @@ TEST(Fsdp, ShardedGradientsEqualTheWholeBatchGradient) {
   expect_sharded_gradients(Scheme::Siamese, 2, true,
                            false);  // tied head, gathered through backward
   expect_sharded_gradients(Scheme::ResiDual, 3, true, true);
+  expect_sharded_gradients(Scheme::Hyper, 2, false, true);  // (B, T, n, C) state, scalars s
 }
 
 TEST(Fsdp, GathersAndReducesInBfloat16) {
   // bf16 gathers: exactly the gradients of the model with bf16-rounded weights (fp32 sums).
   expect_sharded_gradients(Scheme::SiameseHybrid, 3, false, true, false, torch::kBFloat16,
                            torch::kFloat);
+  expect_sharded_gradients(Scheme::Hyper, 2, false, true, false, torch::kBFloat16, torch::kFloat);
   // bf16 sums: within bf16 precision of them, and bf16 numbers.
   expect_sharded_gradients(Scheme::PreNorm, 2, true, true, false, torch::kBFloat16,
                            torch::kBFloat16);
@@ -156,6 +158,7 @@ TEST(Fsdp, GathersAndReducesInBfloat16) {
 TEST(Fsdp, ComposesWithActivationCheckpointing) {
   expect_sharded_gradients(Scheme::SiameseHybrid, 2, false, true, true);
   expect_sharded_gradients(Scheme::PreNorm, 3, true, false, true);
+  expect_sharded_gradients(Scheme::Hyper, 3, false, true, true);
 }
 
 TEST(Fsdp, TrainingStepsMatchOneProcess) {

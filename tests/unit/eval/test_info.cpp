@@ -19,6 +19,51 @@ TEST(Info, PaperSiameseHybrid13BHas128BParameters) {
   EXPECT_EQ(sum, p.total);
 }
 
+// Hyper-Connections' overhead (the HC paper's count): 2L HC layers (attention and MLP), each
+// n(n+2) static (alpha n x (n+1), beta n) plus, when dynamic, d(n+2) + 2 (W_alpha d x (n+1),
+// W_beta d, the scales s_alpha, s_beta).
+TEST(Info, HyperExtraParametersFollowThePapersFormula) {
+  for (const bool dynamic : {false, true})
+    for (const int64_t n : {1, 2, 4}) {
+      ModelConfig m = test::tiny_config(Scheme::Hyper);
+      m.hyper.n = n;
+      m.hyper.dynamic = dynamic;
+      const ParamCounts p = count_parameters(m);
+      const int64_t per_layer = n * (n + 2) + (dynamic ? m.d_model * (n + 2) + 2 : 0);
+      EXPECT_EQ(p.base, Scheme::PreNorm);
+      EXPECT_EQ(p.extra(), 2 * m.n_layers * per_layer) << "n=" << n << " dynamic=" << dynamic;
+    }
+  // mHC: per HC layer the projection phi (n d x (n^2 + 2n)), the biases (n^2 + 2n) and 3 scales.
+  for (const int64_t n : {1, 2, 4}) {
+    ModelConfig m = test::tiny_config(Scheme::Hyper);
+    m.hyper.variant = HyperVariant::Mhc;
+    m.hyper.n = n;
+    const int64_t per_layer = n * m.d_model * (n * n + 2 * n) + n * n + 2 * n + 3;
+    EXPECT_EQ(count_parameters(m).extra(), 2 * m.n_layers * per_layer) << "mhc n=" << n;
+  }
+  // The paper's 2xDHC baseline at 1.3B (16 layers, d 2048): 32 x 8,202.
+  const RunConfig c =
+      config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/1.3b/hyper_dhc2.yaml");
+  EXPECT_EQ(count_parameters(c.model).extra(), 262464);
+}
+
+// The residual state is n streams: activation memory grows with n (checkpointed: the block
+// inputs are n times wider).
+TEST(Info, HyperActivationMemoryGrowsWithN) {
+  ModelConfig m = test::tiny_config(Scheme::PreNorm);
+  MemoryPlan plan;
+  plan.activation_checkpointing = true;
+  const double pre = estimate_memory(m, plan).activations;
+  m.scheme = Scheme::Hyper;
+  double last = pre;
+  for (const int64_t n : {1, 2, 4, 8}) {
+    m.hyper.n = n;
+    const double a = estimate_memory(m, plan).activations;
+    EXPECT_GT(a, last) << "n=" << n;
+    last = a;
+  }
+}
+
 TEST(Info, FlopsPerTokenCountCausalAttentionAsHalf) {
   ModelConfig m = test::tiny_config(Scheme::PreNorm);
   const ParamCounts p = count_parameters(m);

@@ -13,6 +13,7 @@
 //         1e-10 relative per element, with an absolute floor at 1e-13 of the tensor's largest
 //         magnitude for elements near zero (test::close_per_element). Both sides are float64
 //         from the same inputs, so only the order of floating-point operations differs.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -28,6 +29,13 @@ using normlab::test::close_per_element;
 namespace {
 
 constexpr double kGoldenFp32Tol = 3e-5;
+// Hyper-Connections with dynamic connections: some gradients (the scales s, W_alpha, and what
+// flows from them) are sums whose terms largely cancel, so float32 rounding is a larger share
+// of them: the reference itself, run in float32 from the same weights, misses its float64
+// goldens by up to 5.5e-4 (a W_alpha gradient of hyper_dhc4_no_tanh; the largest seen here is
+// 4.4e-4). tests/reference/hyper_checks.py checks that the reference's float32 error stays under
+// a quarter of this bound. A wrong equation misses by 1e-1 or more.
+constexpr double kGoldenFp32TolDhc = 3e-3;
 constexpr double kGoldenFp64Rtol = 1e-10;
 constexpr double kGoldenFp64Floor = 1e-13;
 
@@ -59,6 +67,18 @@ const torch::Tensor& golden_tensor(const test::Golden& g, const std::string& key
   return g.content.tensors.at(key);
 }
 
+// A reference gradient stored as exact zeros is zero but for rounding (mHC's H_res where it
+// cannot change what the head reads; tests/reference/hyper_ref.py, structural_zero_grads): no
+// relative bound applies, so ours must be rounding noise, within the case's relative bound of
+// the golden's largest gradient.
+bool structurally_zero(const torch::Tensor& ref) { return ref.abs().max().item<double>() == 0.0; }
+double largest_gradient(const test::Golden& g) {
+  double m = 0.0;
+  for (const auto& [key, t] : g.content.tensors)
+    if (key.rfind("grad.", 0) == 0) m = std::max(m, t.abs().max().item<double>());
+  return m;
+}
+
 }  // namespace
 
 // With NORMLAB_GOLDEN_VERBOSE set, both tests print each case's largest error and where it is.
@@ -68,12 +88,23 @@ TEST_P(GoldenTest, Float32MatchesReferenceLogitsLossAndGradients) {
   const test::Golden g = test::load_golden(GetParam());
   const GoldenRun r = run_golden(GetParam(), g, torch::kFloat);
   ASSERT_EQ(r.logits.scalar_type(), torch::kFloat);
+  const bool dynamic = g.config.scheme == Scheme::Hyper &&
+                       (g.config.hyper.dynamic || g.config.hyper.variant == HyperVariant::Mhc);
+  const double tol = dynamic ? kGoldenFp32TolDhc : kGoldenFp32Tol;
   double worst = 0.0;
   std::string where;
+  // Dynamic hyper cases: a gradient is compared at the scale of its tensor, but at least 1e-4
+  // of the golden's largest gradient: float32 rounding in the backward is relative to the
+  // gradients flowing through it, and some of these tensors are tiny by cancellation (mHC's first
+  // H_pre sees n equal streams, so only the norms' eps reaches it: 1.6e-7 of the largest).
+  const double floor = dynamic ? 1e-4 * largest_gradient(g) : 0.0;
   const auto check = [&](const std::string& what, const torch::Tensor& ours,
                          const torch::Tensor& ref) {
-    EXPECT_TRUE(close(ours, ref, kGoldenFp32Tol)) << what;
-    const double e = test::max_rel_error(ours, ref);
+    ASSERT_EQ(ours.sizes(), ref.sizes()) << what;
+    const double scale =
+        std::max({ref.abs().max().item<double>(), what == "logits" ? 0.0 : floor, 1e-30});
+    const double e = (ours.to(torch::kDouble) - ref).abs().max().item<double>() / scale;
+    EXPECT_LE(e, tol) << what;
     if (e >= worst) {
       worst = e;
       where = what;
@@ -84,7 +115,10 @@ TEST_P(GoldenTest, Float32MatchesReferenceLogitsLossAndGradients) {
   for (const auto& [name, grad] : r.grads) {
     const auto it = g.content.tensors.find("grad." + name);
     ASSERT_NE(it, g.content.tensors.end()) << "no reference gradient for " << name;
-    check("gradient of " + name, grad, it->second);
+    if (structurally_zero(it->second))
+      EXPECT_LE(grad.abs().max().item<double>(), tol * largest_gradient(g)) << name;
+    else
+      check("gradient of " + name, grad, it->second);
   }
   if (std::getenv("NORMLAB_GOLDEN_VERBOSE"))
     std::cout << "golden fp32 " << GetParam() << ": worst relative error " << worst << " (" << where
@@ -99,11 +133,20 @@ TEST_P(GoldenTest, Float64MatchesReferencePerElement) {
   ASSERT_EQ(r.logits.scalar_type(), torch::kDouble);
   ASSERT_EQ(r.loss.scalar_type(), torch::kDouble);
 
+  // Dynamic hyper cases: the absolute floor is also at least 1e-13 of the golden's largest
+  // gradient, for the tensors that are tiny by cancellation (see the fp32 test): mHC's first
+  // a_pre gradient, 1.6e-7 of the largest, carries float64 rounding of 3e-10 of itself.
+  const bool dynamic = g.config.scheme == Scheme::Hyper &&
+                       (g.config.hyper.dynamic || g.config.hyper.variant == HyperVariant::Mhc);
+  const double largest = dynamic ? largest_gradient(g) : 0.0;
   double worst = 0.0, e = 0.0;
   std::string where;
   const auto check = [&](const std::string& what, const torch::Tensor& ours,
                          const torch::Tensor& ref) {
-    EXPECT_TRUE(close_per_element(ours, ref, kGoldenFp64Rtol, kGoldenFp64Floor, &e)) << what;
+    const double own = ref.abs().max().item<double>();
+    const double floor =
+        own > 0 ? std::max(kGoldenFp64Floor, 1e-13 * largest / own) : kGoldenFp64Floor;
+    EXPECT_TRUE(close_per_element(ours, ref, kGoldenFp64Rtol, floor, &e)) << what;
     if (e >= worst) {
       worst = e;
       where = what;
@@ -116,7 +159,10 @@ TEST_P(GoldenTest, Float64MatchesReferencePerElement) {
     ASSERT_EQ(grad.scalar_type(), torch::kDouble) << name;
     const auto it = g.content.tensors.find("grad." + name);
     ASSERT_NE(it, g.content.tensors.end()) << "no reference gradient for " << name;
-    check("gradient of " + name, grad, it->second);
+    if (structurally_zero(it->second))
+      EXPECT_LE(grad.abs().max().item<double>(), kGoldenFp64Rtol * largest_gradient(g)) << name;
+    else
+      check("gradient of " + name, grad, it->second);
   }
   if (std::getenv("NORMLAB_GOLDEN_VERBOSE"))
     std::cout << "golden fp64 " << GetParam() << ": worst per-element relative error " << worst

@@ -43,6 +43,14 @@ Names expected(Scheme s) {
                    "mlp_in_norm"},
                   false));
         break;
+      case Scheme::Hyper: {
+        add(block(l, {"attn_norm", "mlp_norm"}, false));
+        for (const char* c : {"attn_hc.", "mlp_hc."})
+          for (const char* w :
+               {"static_alpha", "static_beta", "w_alpha", "w_beta", "s_alpha", "s_beta"})
+            n.insert("blocks." + std::to_string(l) + "." + c + w);
+        break;
+      }
       case Scheme::SiameseHybrid: {
         add(block(l, {"attn_y_norm", "mlp_norm", "mlp_y_norm", "mlp_in_norm"}, true));
         n.insert("blocks." + std::to_string(l) + ".c1");

@@ -46,6 +46,12 @@ TEST_P(SchemeTest, DeterministicUnderASeed) {
 TEST_P(SchemeTest, BackwardGivesFiniteGradientsToEveryParameter) {
   const ModelConfig cfg = test::tiny_config(GetParam());
   DecoderLM model(cfg);
+  {  // away from the init, where a parameter may get no gradient by construction (hyper's
+     // scales s multiply tanh(LN(H) W) with W = 0)
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(4);
+    for (auto& p : model->parameters()) p.add_(0.01 * torch::randn_like(p));
+  }
   const torch::Tensor tokens = random_tokens(cfg, 2, 6, 3);
   const LossOutput out = model->loss(tokens, tokens.roll(-1, 1), /*z_loss=*/1e-4);
   out.loss.backward();
@@ -107,15 +113,21 @@ TEST_P(SchemeTest, BlockGradientsMatchFiniteDifferences) {
   torch::manual_seed(11);
   DecoderLM model(cfg);
   model->to(torch::kDouble);
+  {  // away from the init, so that no parameter's gradient is zero by construction
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) p.add_(0.01 * torch::randn_like(p));
+  }
   const bool twin = scheme_is_two_stream(cfg.scheme);
   for (size_t l = 0; l < model->scheme_blocks.size(); ++l) {
     SCOPED_TRACE("block " + std::to_string(l));
     auto& block = *model->scheme_blocks[l];
     const auto opts = torch::TensorOptions().dtype(torch::kDouble);
-    torch::Tensor x = torch::randn({1, 3, cfg.d_model}, opts).requires_grad_();
+    // The streams' shapes as the scheme starts them (hyper: (B, T, n, C)).
+    const Streams start = model->enter(torch::zeros({1, 3, cfg.d_model}, opts));
+    torch::Tensor x = torch::randn(start.x.sizes(), opts).requires_grad_();
     torch::Tensor y =
         twin ? torch::randn({1, 3, cfg.d_model}, opts).requires_grad_() : torch::Tensor();
-    const torch::Tensor rx = torch::randn({1, 3, cfg.d_model}, opts),
+    const torch::Tensor rx = torch::randn(start.x.sizes(), opts),
                         ry = torch::randn({1, 3, cfg.d_model}, opts);
     auto objective = [&] {
       const Streams out = block.forward({x, y});

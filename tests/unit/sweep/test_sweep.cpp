@@ -234,7 +234,7 @@ TEST(Sweep, ShippedSweepFilesLoad) {
   }
   const SweepSpec t =
       sweep_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/sweeps/paper_table1.yaml");
-  EXPECT_EQ(t.schemes.size(), 6u);
+  EXPECT_EQ(t.schemes.size(), 7u);
   EXPECT_EQ(t.lrs, (std::vector<double>{4e-4, 1e-3, 2e-3}));
   EXPECT_EQ(config_load(t.config).model.d_model, 2048);
 }
