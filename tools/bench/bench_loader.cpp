@@ -24,8 +24,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   const RunConfig cfg = config_load(config);
-  const auto dataset = std::make_shared<TokenDataset>(data.empty() ? cfg.data.train : data, "train",
-                                                      cfg.data.seq_len);
+  if (data.empty() && cfg.data.train.empty()) throw ConfigError(config + ": no data.train");
+  const DataSource source = data.empty() ? cfg.data.train[0] : DataSource{data};
+  const auto dataset =
+      std::make_shared<TokenDataset>(source, "train", cfg.data.seq_len, cfg.model.vocab_size);
   LoaderOptions lo;
   lo.micro_batch = cfg.train.micro_batch;
   lo.global_batch = cfg.train.global_batch;
