@@ -3,9 +3,9 @@
 //
 // Weights are normalised and held as integers out of 2^24. Over the first n positions, source s
 // gets exactly floor(C_s n / 2^24) - floor(C_{s-1} n / 2^24) draws (C: the cumulative integer
-// weights): within one sample of its share of any prefix, so of every optimizer step's global
-// batch and of the whole run. Inside a step the slots are shuffled by a keyed bijection of
-// (seed, step).
+// weights): less than one sample from its share of any prefix of the run (the whole run, any
+// number of steps), less than two from its share of one step's global batch. Inside a step the
+// slots are shuffled by a keyed bijection of (seed, step).
 // Everything is O(sources) arithmetic: any position is computed directly, so resuming at a
 // step continues exactly. With one source, position p is draw p.
 #pragma once

@@ -4,6 +4,7 @@
 // with one line naming the file.
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -224,6 +225,20 @@ TEST(Mixture, PlanCountsAreExactAndOneSourceIsTheIdentity) {
   for (int64_t s = 0; s < 3; ++s)
     EXPECT_EQ(plan.draws_before(s, 1200),
               static_cast<int64_t>(seen[static_cast<size_t>(s)].size()));
+  // The bounds mixture.h states, for weights that do not divide the batch: every prefix less
+  // than one sample from share * n, every step less than two from share * G.
+  const MixturePlan odd({0.7, 0.2, 0.1}, 7, 5);
+  for (int64_t s = 0; s < 3; ++s)
+    for (int64_t n = 0; n <= 7000; ++n) {
+      const double want = odd.share(s) * static_cast<double>(n);
+      ASSERT_LT(std::abs(static_cast<double>(odd.draws_before(s, n)) - want), 1.0) << s << " " << n;
+      if (n % 7 == 0 && n > 0)
+        ASSERT_LT(
+            std::abs(static_cast<double>(odd.draws_before(s, n) - odd.draws_before(s, n - 7)) -
+                     odd.share(s) * 7),
+            2.0);
+    }
+  EXPECT_NEAR(odd.share(0), 0.7, 1e-7);  // shares of 2^24: within 2^-24 of the weights
   EXPECT_THROW(MixturePlan({0.7, 0.0}, 8, 0), DataError);
   EXPECT_THROW(MixturePlan({0.7, std::nan("")}, 8, 0), DataError);
 }
