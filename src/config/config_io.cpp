@@ -82,7 +82,8 @@ class Decoder {
 
   void decode(const YAML::Node& n, std::vector<DataSource>& field, const std::string& path) {
     const config_yaml::SourcesError e = config_yaml::decode_sources(n, field);
-    if (!e.message.empty()) fail(path + e.where, e.message);
+    if (!e.message.empty())  // the origin is the key's: data.train[1].weight is not a leaf of it
+      throw ConfigError(origin_of(path) + ": " + path + e.where + ": " + e.message);
   }
 
   template <class T>

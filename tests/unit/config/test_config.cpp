@@ -197,7 +197,8 @@ TEST(Config, DataSourcesAndMixtures) {
   EXPECT_THAT(config_error_of("", {"data.train={path: a.bin, format: tokens}"}),
               testing::HasSubstr("data.train.dtype: format tokens needs dtype uint16 or uint32"));
   EXPECT_THAT(config_error_of("", {"data.train=[{path: a, weight: -1}]"}),
-              testing::HasSubstr("data.train[0].weight: expected a positive number"));
+              testing::HasSubstr("--set data.train=[{path: a, weight: -1}]: data.train[0].weight: "
+                                 "expected a positive number"));
   EXPECT_THAT(config_error_of("", {"data.train={path: a, wieght: 2}"}),
               testing::HasSubstr("data.train.wieght: unknown key (did you mean 'weight'?)"));
   EXPECT_THAT(config_error_of("", {"data.train={path: a, format: parquet}"}),
