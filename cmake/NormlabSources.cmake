@@ -4,12 +4,18 @@ set(NORMLAB_SOURCES
   config/config.cpp
   config/config_io.cpp
   config/config_reference.cpp
+  config/data_sources_yaml.cpp
   config/sweep_file.cpp
   config/sweep_grid.cpp
   data/data_prepare.cpp
   data/loader.cpp
+  data/megatron_index.cpp
+  data/mixture.cpp
   data/shard.cpp
+  data/source.cpp
   data/text_input.cpp
+  data/token_array.cpp
+  data/token_sources.cpp
   data/tokenizer.cpp
   distributed/comm/mpi.cpp
   distributed/comm/nccl.cpp

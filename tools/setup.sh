@@ -80,7 +80,7 @@ try: print(m.version("torch"))
 except Exception: pass
 PY
 )
-  if [ "${have%%+*}" != "$TORCH_VERSION" ] || ! "$py" -c "import numpy, safetensors, sentencepiece, matplotlib, tensorboard" 2>/dev/null; then
+  if [ "${have%%+*}" != "$TORCH_VERSION" ] || ! "$py" -c "import numpy, safetensors, sentencepiece, matplotlib, tensorboard, pyarrow" 2>/dev/null; then
     # The wheels (about 3.6 GB), their installed form and a build need about 10 GB.
     mkdir -p "$(dirname "$venv")"
     free_kb=$(df -Pk "$(dirname "$venv")" | awk 'NR == 2 { print $4 }')
@@ -90,7 +90,7 @@ PY
     start=$(date +%s)
     [ -x "$py" ] || python3 -m venv "$venv" || die "python3 -m venv $venv failed (is python3-venv installed?)"
     "$py" -m pip install -q --disable-pip-version-check \
-      "torch==$TORCH_VERSION" numpy safetensors sentencepiece matplotlib tensorboard \
+      "torch==$TORCH_VERSION" numpy safetensors sentencepiece matplotlib tensorboard pyarrow \
       || die "pip could not install torch==$TORCH_VERSION and the reference packages into $venv: check the network and access to PyPI (or PIP_INDEX_URL)"
     echo "setup: venv ready in $(( $(date +%s) - start )) s"
   fi

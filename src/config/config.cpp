@@ -20,6 +20,8 @@ void require(bool ok, const char* key, const T& value, const std::string& rule) 
 void validate(const RunConfig& c) {
   validate(c.model);
   require(c.data.seq_len > 0, "data.seq_len", c.data.seq_len, "must be positive");
+  require(c.data.val.size() <= 1, "data.val", sources_text(c.data.val),
+          "one source (a mixture is for data.train)");
 
   const OptimizerConfig& o = c.optimizer;
   require(o.lr > 0, "optimizer.lr", o.lr, "must be positive");

@@ -1,7 +1,7 @@
 // YAML in and out for run configs: the strict decoder (files, `base:` chains, `--set`
 // overrides, unknown keys with the closest valid one), and the encoder of the resolved config,
-// both driven by the schema (config_schema.h). yaml-cpp is included here and in sweep_file.cpp
-// only.
+// both driven by the schema (config_schema.h). yaml-cpp is included here, in sweep_file.cpp and
+// in data_sources_yaml.cpp (data.train and data.val) only.
 #include "normlab/config/config_io.h"
 
 #include <yaml-cpp/yaml.h>
@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "config/config_schema.h"
+#include "config/data_sources_yaml.h"
 #include "config/yaml_value.h"
 
 namespace normlab {
@@ -79,6 +80,12 @@ class Decoder {
     if (!err.empty()) fail(path, err);
   }
 
+  void decode(const YAML::Node& n, std::vector<DataSource>& field, const std::string& path) {
+    const config_yaml::SourcesError e = config_yaml::decode_sources(n, field);
+    if (!e.message.empty())  // the origin is the key's: data.train[1].weight is not a leaf of it
+      throw ConfigError(origin_of(path) + ": " + path + e.where + ": " + e.message);
+  }
+
   template <class T>
   void decode(const YAML::Node& n, std::optional<T>& field, const std::string& path) {
     if (n.IsNull()) {
@@ -126,6 +133,8 @@ class Encoder {
         out_ << YAML::Null;
     } else if constexpr (std::is_same_v<T, std::string>) {
       out_ << YAML::DoubleQuoted << field;
+    } else if constexpr (std::is_same_v<T, std::vector<DataSource>>) {
+      config_yaml::encode_sources(out_, field);
     } else {
       out_ << to_text(field);
     }

@@ -33,6 +33,9 @@ class Lister {
   void operator()(const char* key, std::string& field, const char* doc) {
     rows_.push_back({prefix_ + key, "string", "\"" + field + "\"", doc});
   }
+  void operator()(const char* key, std::vector<DataSource>& field, const char* doc) {
+    rows_.push_back({prefix_ + key, "sources", "\"" + sources_text(field) + "\"", doc});
+  }
   template <class S>
   void section(const char* key, S& sub, const char*) {
     Lister child(rows_, prefix_ + key + ".");

@@ -58,8 +58,12 @@ void visit(V& v, ModelConfig& m) {
 
 template <class V>
 void visit(V& v, DataConfig& d) {
-  v("train", d.train, "folder of training token shards (normlab data prepare)");
-  v("val", d.val, "folder of validation shards; empty = the train folder's validation split");
+  v("train", d.train,
+    "training data: a folder of token shards (normlab data prepare), a source {path, format "
+    "(shards, tokens, megatron), dtype, eos, verify} or a list of sources with weights (a "
+    "mixture; docs/data.md)");
+  v("val", d.val,
+    "validation data: a folder or one source; empty = the train folder's validation split");
   v("tokenizer", d.tokenizer, "SentencePiece model of the shards");
   v("seq_len", d.seq_len, "tokens per training sample");
 }

@@ -17,13 +17,19 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-Batch make_batch(const TokenDataset& data, const std::vector<int64_t>& ids) {
-  const int64_t T = data.seq_len();
-  const auto n = static_cast<int64_t>(ids.size());
+// One (B, T + 1) buffer, sample b from fill(b, row).
+template <class Fill>
+Batch make_batch(int64_t n, int64_t T, Fill&& fill) {
   torch::Tensor buf = torch::empty({n, T + 1}, torch::kLong);
   int64_t* p = buf.data_ptr<int64_t>();
-  for (int64_t b = 0; b < n; ++b) data.sample(ids[static_cast<size_t>(b)], p + b * (T + 1));
+  for (int64_t b = 0; b < n; ++b) fill(b, p + b * (T + 1));
   return {buf.narrow(1, 0, T), buf.narrow(1, 1, T)};
+}
+
+Batch make_batch(const TokenDataset& data, const std::vector<int64_t>& ids) {
+  return make_batch(static_cast<int64_t>(ids.size()), data.seq_len(), [&](int64_t b, int64_t* row) {
+    data.sample(ids[static_cast<size_t>(b)], row);
+  });
 }
 
 }  // namespace
@@ -66,36 +72,57 @@ int64_t permute_index(int64_t i, int64_t n, uint64_t key) {
 
 TokenDataset::TokenDataset(const std::string& dir, const std::string& split, int64_t seq_len,
                            bool verify)
-    : index_(shard_index_read(dir)), seq_len_(seq_len) {
+    : source_{dir}, seq_len_(seq_len) {
   if (seq_len < 1)
     throw ShardError("data.seq_len must be positive, got " + std::to_string(seq_len));
+  open_shards(dir, split, verify);
+}
+
+void TokenDataset::open_shards(const std::string& dir, const std::string& split, bool verify) {
+  index_ = shard_index_read(dir);
   const auto it = index_.splits.find(split);
   if (it == index_.splits.end()) throw ShardError(dir + "/index.json: no split '" + split + "'");
-  first_sample_.push_back(0);
   for (const ShardEntry& e : it->second.shards) {
     const std::string path = (std::filesystem::path(dir) / e.file).string();
-    ShardFile f(path);
-    if (f.header().tokens != e.tokens || f.header().crc32 != e.crc32 ||
-        f.header().token_bytes != index_.token_bytes || f.header().vocab_size != index_.vocab_size)
+    auto f = std::make_shared<ShardFile>(path);
+    if (f->header().tokens != e.tokens || f->header().crc32 != e.crc32 ||
+        f->header().token_bytes != index_.token_bytes ||
+        f->header().vocab_size != index_.vocab_size)
       throw ShardError(path +
                        ": does not match index.json (token count, checksum, width or vocabulary)");
-    if (verify) f.verify();
-    const auto samples =
-        static_cast<int64_t>(e.tokens > 0 ? (e.tokens - 1) / static_cast<uint64_t>(seq_len) : 0);
-    shards_.push_back(std::move(f));
-    total_samples_ += samples;
-    first_sample_.push_back(total_samples_);
+    if (verify) f->verify();
+    const char* payload = f->payload();
+    add(TokenArray(f, payload, e.tokens, index_.token_bytes == 2 ? TokenType::U16 : TokenType::U32,
+                   path, kShardHeaderBytes));
   }
+  documents_ = static_cast<int64_t>(it->second.documents);
   if (total_samples_ == 0)
     throw ShardError(
         dir + ": split '" + split + "' holds " + std::to_string(it->second.tokens) +
-        " tokens, not enough for one sample of seq_len + 1 = " + std::to_string(seq_len + 1));
+        " tokens, not enough for one sample of seq_len + 1 = " + std::to_string(seq_len_ + 1));
+}
+
+void TokenDataset::add(TokenArray array) {
+  const uint64_t n = array.size();
+  total_samples_ += static_cast<int64_t>(n > 0 ? (n - 1) / static_cast<uint64_t>(seq_len_) : 0);
+  first_sample_.push_back(total_samples_);
+  arrays_.push_back(std::move(array));
 }
 
 uint64_t TokenDataset::num_tokens() const {
   uint64_t n = 0;
-  for (const auto& s : shards_) n += s.header().tokens;
+  for (const auto& a : arrays_) n += a.size();
   return n;
+}
+
+std::string TokenDataset::dtype() const {
+  return arrays_.empty() ? "" : token_type_name(arrays_.front().type());
+}
+
+std::vector<std::string> TokenDataset::files() const {
+  std::vector<std::string> out;
+  for (const auto& a : arrays_) out.push_back(a.path());
+  return out;
 }
 
 void TokenDataset::sample(int64_t i, int64_t* out) const {
@@ -103,41 +130,70 @@ void TokenDataset::sample(int64_t i, int64_t* out) const {
   const auto s = static_cast<size_t>(
       std::upper_bound(first_sample_.begin(), first_sample_.end(), i) - first_sample_.begin() - 1);
   const auto j = static_cast<uint64_t>(i - first_sample_[s]);
-  shards_[s].copy(j * static_cast<uint64_t>(seq_len_), static_cast<uint64_t>(seq_len_) + 1, out);
+  arrays_[s].copy(j * static_cast<uint64_t>(seq_len_), static_cast<uint64_t>(seq_len_) + 1, out,
+                  vocab_);
 }
 
 TrainLoader::TrainLoader(std::shared_ptr<const TokenDataset> data, const LoaderOptions& o)
-    : data_(std::move(data)), o_(o) {
+    : TrainLoader(std::vector<std::shared_ptr<const TokenDataset>>{std::move(data)}, {1.0}, o) {}
+
+TrainLoader::TrainLoader(std::vector<std::shared_ptr<const TokenDataset>> sources,
+                         const std::vector<double>& weights, const LoaderOptions& o)
+    : data_(std::move(sources)),
+      o_(o),
+      plan_(weights, std::max<int64_t>(o.global_batch, 1), o.seed) {
   TORCH_CHECK(o.world_size >= 1 && o.rank >= 0 && o.rank < o.world_size, "loader: rank ", o.rank,
               " of ", o.world_size);
   TORCH_CHECK(o.micro_batch >= 1 && o.global_batch % (o.micro_batch * o.world_size) == 0,
               "train.global_batch (", o.global_batch, ") must be a multiple of train.micro_batch (",
               o.micro_batch, ") times the number of ranks (", o.world_size, ")");
+  TORCH_CHECK(data_.size() == weights.size(), "loader: ", data_.size(), " sources, ",
+              weights.size(), " weights");
+  for (size_t s = 1; s < data_.size(); ++s)
+    TORCH_CHECK(data_[s]->seq_len() == data_[0]->seq_len(), "loader: sources of different seq_len");
   micro_steps_ = o.global_batch / (o.micro_batch * o.world_size);
 }
 
-std::vector<int64_t> TrainLoader::sample_ids(int64_t step, int64_t micro_step) const {
+std::vector<SampleRef> TrainLoader::sample_refs(int64_t step, int64_t micro_step) const {
   TORCH_CHECK(step >= 0 && micro_step >= 0 && micro_step < micro_steps_, "loader: step ", step,
               ", micro-step ", micro_step, " of ", micro_steps_);
-  const int64_t N = data_->num_samples();
   const int64_t per_rank = o_.global_batch / o_.world_size;
   const int64_t first = step * o_.global_batch + o_.rank * per_rank + micro_step * o_.micro_batch;
-  std::vector<int64_t> ids(static_cast<size_t>(o_.micro_batch));
+  std::vector<SampleRef> refs(static_cast<size_t>(o_.micro_batch));
   for (int64_t b = 0; b < o_.micro_batch; ++b) {
-    const int64_t p = first + b;  // position in the endless stream of epochs
-    const int64_t epoch = p / N;
-    ids[static_cast<size_t>(b)] =
-        permute_index(p % N, N, splitmix64(o_.seed ^ splitmix64(static_cast<uint64_t>(epoch))));
+    // Position first + b of the endless stream is draw k of source s; source s's draws are
+    // its epochs one after another, each in the order of (its seed, epoch).
+    const auto [s, k] = plan_.draw(first + b);
+    const int64_t N = data_[static_cast<size_t>(s)]->num_samples();
+    const int64_t epoch = k / N;
+    // Source 0 keeps the seed itself: a single source orders its samples as it always has.
+    const uint64_t seed =
+        s == 0 ? o_.seed
+               : splitmix64(o_.seed ^ splitmix64(0x736f7572636500ull + static_cast<uint64_t>(s)));
+    refs[static_cast<size_t>(b)] = {
+        s, permute_index(k % N, N, splitmix64(seed ^ splitmix64(static_cast<uint64_t>(epoch)))), k};
   }
+  return refs;
+}
+
+std::vector<int64_t> TrainLoader::sample_ids(int64_t step, int64_t micro_step) const {
+  std::vector<int64_t> ids;
+  for (const SampleRef& r : sample_refs(step, micro_step)) ids.push_back(r.sample);
   return ids;
 }
 
 Batch TrainLoader::batch(int64_t step, int64_t micro_step) const {
-  return make_batch(*data_, sample_ids(step, micro_step));
+  const std::vector<SampleRef> refs = sample_refs(step, micro_step);
+  return make_batch(static_cast<int64_t>(refs.size()), data_[0]->seq_len(),
+                    [&](int64_t b, int64_t* row) {
+                      const SampleRef& r = refs[static_cast<size_t>(b)];
+                      data_[static_cast<size_t>(r.source)]->sample(r.sample, row);
+                    });
 }
 
-int64_t TrainLoader::epoch_of(int64_t step) const {
-  return step * o_.global_batch / data_->num_samples();
+int64_t TrainLoader::source_epoch(int64_t s, int64_t step) const {
+  return plan_.draws_before(s, step * o_.global_batch) /
+         data_[static_cast<size_t>(s)]->num_samples();
 }
 
 ValLoader::ValLoader(std::shared_ptr<const TokenDataset> data, int64_t batch_size, int64_t rank,

@@ -145,6 +145,10 @@ void read_documents(const std::string& path, const std::string& text_field,
                     const std::function<void(uint64_t bytes_read)>& bytes_read) {
   const std::string base = ends_with(path, ".gz") ? path.substr(0, path.size() - 3) : path;
   const bool jsonl = ends_with(base, ".jsonl");
+  if (ends_with(base, ".parquet"))
+    throw InputError(path +
+                     ": Parquet is read through tools/parquet_to_jsonl.py, which streams it into "
+                     ".jsonl.gz files for --input (docs/data.md)");
   LineReader reader(path);
   std::string line, doc;
   uint64_t line_no = 0, doc_line = 0;

@@ -49,6 +49,7 @@ double Trainer::Impl::accumulate(int64_t s) {
   torch::Tensor loss_sum =
       torch::zeros({}, torch::TensorOptions().device(device).dtype(torch::kDouble));
   const double scale = 1.0 / static_cast<double>(loader->micro_steps());
+  note_data_epochs(s);
   for (int64_t m = 0; m < loader->micro_steps(); ++m) {
     const Batch b = loader->batch(s, m);
     LossOutput out;

@@ -50,6 +50,8 @@ struct Trainer::Impl {
 
   void open_run_folder();
   void load_data();
+  void describe_data();
+  void note_data_epochs(int64_t step);
   void load_validation();
   void load_tasks();
   void build_model();
@@ -92,6 +94,7 @@ struct Trainer::Impl {
   std::shared_ptr<TokenDataset> train_data;
   std::unique_ptr<TrainLoader> loader;
   std::unique_ptr<ValLoader> val;
+  std::vector<int64_t> data_epochs;  // each training source's epoch at the last step begun
   Batch diag_batch;  // the fixed diagnostics batch: the first validation (else training) sequences
   std::unique_ptr<Tokenizer> tokenizer;  // per-byte numbers and tasks need it
   std::vector<int32_t> token_bytes;

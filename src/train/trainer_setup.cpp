@@ -78,9 +78,19 @@ void Trainer::Impl::open_run_folder() {
 
 void Trainer::Impl::load_data() {
   if (cfg.data.train.empty())
-    throw ConfigError("data.train is empty: set it to a folder written by `normlab data prepare`");
-  train_data = std::make_shared<TokenDataset>(cfg.data.train, "train", cfg.data.seq_len);
-  check_vocabulary(train_data->index(), cfg.data.train, cfg.model.vocab_size, cfg.data.tokenizer);
+    throw ConfigError(
+        "data.train is empty: set it to a folder written by `normlab data prepare` or to a "
+        "source (docs/data.md)");
+  std::vector<std::shared_ptr<const TokenDataset>> sources;
+  std::vector<double> weights;
+  for (const DataSource& s : cfg.data.train) {
+    auto d = std::make_shared<TokenDataset>(s, "train", cfg.data.seq_len, cfg.model.vocab_size);
+    if (s.format == "shards")
+      check_vocabulary(d->index(), s.path, cfg.model.vocab_size, cfg.data.tokenizer);
+    if (!train_data) train_data = d;
+    sources.push_back(std::move(d));
+    weights.push_back(s.weight);
+  }
   if (!cfg.data.tokenizer.empty() && fs::exists(cfg.data.tokenizer)) {
     tokenizer = std::make_unique<Tokenizer>(cfg.data.tokenizer);
     token_bytes = tokenizer->token_byte_lengths();
@@ -101,19 +111,31 @@ void Trainer::Impl::load_data() {
   lo.seed = cfg.train.seed;
   lo.rank = rank;
   lo.world_size = world;
-  loader = std::make_unique<TrainLoader>(train_data, lo);
+  loader = std::make_unique<TrainLoader>(std::move(sources), weights, lo);
 }
 
 void Trainer::Impl::load_validation() {
-  const std::string val_dir = cfg.data.val.empty() ? cfg.data.train : cfg.data.val;
-  const ShardIndex vidx = shard_index_read(val_dir);
-  const auto it = vidx.splits.find("val");
-  if (it == vidx.splits.end() || it->second.tokens <= static_cast<uint64_t>(cfg.data.seq_len)) {
-    if (log) log->warn(val_dir + " has no validation split of at least one sample: no evaluation");
+  DataSource source;
+  if (!cfg.data.val.empty())
+    source = cfg.data.val[0];
+  else if (cfg.data.train.size() == 1 && cfg.data.train[0].format == "shards")
+    source.path = cfg.data.train[0].path;
+  if (source.path.empty()) {
+    if (log) log->warn("no data.val for a data.train of this kind: no evaluation");
     return;
   }
-  check_vocabulary(vidx, val_dir, cfg.model.vocab_size, cfg.data.tokenizer);
-  const auto val_data = std::make_shared<TokenDataset>(val_dir, "val", cfg.data.seq_len);
+  std::shared_ptr<TokenDataset> val_data;
+  if (source.format == "shards") {
+    const ShardIndex vidx = shard_index_read(source.path);
+    const auto it = vidx.splits.find("val");
+    if (it == vidx.splits.end() || it->second.tokens <= static_cast<uint64_t>(cfg.data.seq_len)) {
+      if (log)
+        log->warn(source.path + " has no validation split of at least one sample: no evaluation");
+      return;
+    }
+    check_vocabulary(vidx, source.path, cfg.model.vocab_size, cfg.data.tokenizer);
+  }
+  val_data = std::make_shared<TokenDataset>(source, "val", cfg.data.seq_len, cfg.model.vocab_size);
   const int64_t vb = cfg.eval.micro_batch > 0 ? cfg.eval.micro_batch : cfg.train.micro_batch;
   val = std::make_unique<ValLoader>(
       val_data, std::min<int64_t>(vb, std::max<int64_t>(val_data->num_samples() / world, 1)), rank,
@@ -122,6 +144,43 @@ void Trainer::Impl::load_validation() {
     diag_batch =
         ValLoader(val_data, std::min<int64_t>(cfg.diagnostics.batch, val_data->num_samples()))
             .batch(0);
+}
+
+// Each training source in the log: what it is, its share of the run's samples (the loader's
+// exact draws over train.steps) and how many times it is read; a source read more than once
+// repeats, which the log states when each new epoch begins (note_data_epochs).
+void Trainer::Impl::describe_data() {
+  const int64_t total = cfg.train.steps * cfg.train.global_batch;
+  for (int64_t s = 0; s < loader->num_sources(); ++s) {
+    const TokenDataset& d = loader->source(s);
+    const int64_t draws = loader->plan().draws_before(s, total);
+    char msg[160];
+    std::snprintf(msg, sizeof msg,
+                  ": %llu %s tokens, %lld samples; weight %.4g, %.2f%% of the run's tokens "
+                  "(%lld samples), %.3g epochs",
+                  static_cast<unsigned long long>(d.num_tokens()), d.dtype().c_str(),
+                  static_cast<long long>(d.num_samples()), loader->plan().share(s),
+                  100.0 * static_cast<double>(draws) / static_cast<double>(total),
+                  static_cast<long long>(draws),
+                  static_cast<double>(draws) / static_cast<double>(d.num_samples()));
+    info("data source " + std::to_string(s) + " (" + d.source().format + " " + d.source().path +
+         ")" + msg + (draws > d.num_samples() ? ": it repeats" : ""));
+  }
+}
+
+void Trainer::Impl::note_data_epochs(int64_t step) {
+  const auto n = static_cast<size_t>(loader->num_sources());
+  const bool first = data_epochs.empty();
+  data_epochs.resize(n, 0);
+  for (size_t s = 0; s < n; ++s) {
+    const int64_t e = loader->source_epoch(static_cast<int64_t>(s), step);
+    if (!first && e > data_epochs[s])
+      info("data source " + std::to_string(s) + " (" +
+           loader->source(static_cast<int64_t>(s)).source().path + ") begins epoch " +
+           std::to_string(e) + " at step " + std::to_string(step) +
+           ": its samples repeat, in a new order");
+    data_epochs[s] = e;
+  }
 }
 
 // Multiple-choice tasks are read before any work, so that a bad file fails the run at once.
@@ -217,6 +276,7 @@ void Trainer::Impl::describe() {
                       fsdp_dtypes
                 : "") +
        "); run folder " + o.run_dir);
+  describe_data();
   char msg[200];
   std::snprintf(msg, sizeof msg,
                 "attention: SDPA backend %s; %.3g FLOP per token (6N + causal attention)",

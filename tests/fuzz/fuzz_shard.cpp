@@ -1,11 +1,14 @@
 // Fuzz target: the token shard header and the shard index (shard.h), which the loader reads
-// before it maps any tokens. Each input goes through both readers: each either rejects it with
-// ShardError or returns a header that fits the input's size and an index whose splits add up
-// and whose shard names stay inside the index's folder.
+// before it maps any tokens, and a Megatron index (megatron_index.h). Each input goes through
+// all three readers: each either rejects it (ShardError, DataError) or returns a header that
+// fits the input's size, an index whose splits add up and whose shard names stay inside the
+// index's folder, and a Megatron index whose counts fill the input and its data file exactly.
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
+#include "normlab/data/megatron_index.h"
 #include "normlab/data/shard.h"
 #include "normlab/util/file_io.h"
 
@@ -32,6 +35,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (sum != split.tokens) std::abort();
     }
   } catch (const ShardError&) {
+  }
+  // The data file's size: the input's last 8 bytes read as a count of bytes (any value).
+  uint64_t bin_bytes = 0;
+  if (size >= 8) std::memcpy(&bin_bytes, bytes + size - 8, 8);
+  for (const uint64_t bin : {bin_bytes, uint64_t{size}}) {
+    try {
+      const MegatronIndex m = megatron_index_parse(bytes, size, "<fuzz>.idx", bin, "<fuzz>.bin");
+      if (m.tokens * m.token_bytes != bin || 34 + 12 * m.sequences + 8 * (m.documents + 1) != size)
+        std::abort();
+    } catch (const DataError&) {
+    }
   }
   return 0;
 }

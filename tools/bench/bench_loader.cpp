@@ -15,17 +15,23 @@ using namespace normlab;
 using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
-  std::string config, data;
+  std::string config, data, format = "shards", dtype;
   int steps = 3;
   CLI::App app{"loader throughput against a CPU training step"};
   app.add_option("--config", config, "run configuration")->required();
-  app.add_option("--data", data, "token shard folder (default: data.train)");
+  app.add_option("--data", data,
+                 "token shard folder (default: data.train), or a file with --format");
+  app.add_option("--format", format, "format of --data: shards, tokens or megatron")
+      ->capture_default_str();
+  app.add_option("--dtype", dtype, "--format tokens: uint16 or uint32");
   app.add_option("--steps", steps, "timed training steps")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   const RunConfig cfg = config_load(config);
-  const auto dataset = std::make_shared<TokenDataset>(data.empty() ? cfg.data.train : data, "train",
-                                                      cfg.data.seq_len);
+  if (data.empty() && cfg.data.train.empty()) throw ConfigError(config + ": no data.train");
+  const DataSource source = data.empty() ? cfg.data.train[0] : DataSource{data, format, dtype};
+  const auto dataset =
+      std::make_shared<TokenDataset>(source, "train", cfg.data.seq_len, cfg.model.vocab_size);
   LoaderOptions lo;
   lo.micro_batch = cfg.train.micro_batch;
   lo.global_batch = cfg.train.global_batch;
@@ -65,8 +71,10 @@ int main(int argc, char** argv) {
   const double train_s = std::chrono::duration<double>(Clock::now() - t0).count();
   const double train_tps = tokens_per_step * steps / train_s;
 
-  std::printf("loader vs CPU training step, %s (%s, %d threads):\n", config.c_str(),
-              std::string(enum_name(cfg.model.scheme)).c_str(), at::get_num_threads());
+  std::printf("loader vs CPU training step, %s (%s, %d threads), data %s (%s, %s):\n",
+              config.c_str(), std::string(enum_name(cfg.model.scheme)).c_str(),
+              at::get_num_threads(), source.path.c_str(), source.format.c_str(),
+              dataset->dtype().c_str());
   std::printf("  loader          %12.0f tokens/s\n", loader_tps);
   std::printf("  training step   %12.0f tokens/s  (%.2f s per step of %.0f tokens)\n", train_tps,
               train_s / steps, tokens_per_step);

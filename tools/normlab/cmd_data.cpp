@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 
 #include "command.h"
 #include "normlab/data/data_prepare.h"
@@ -33,6 +34,34 @@ void show_progress(const PrepareProgress& p, int& last_decile) {
   }
 }
 
+// A token array or Megatron dataset: its files, dtype and counts, every id checked against the
+// vocabulary, and the first sample decoded when a tokenizer is given.
+int inspect_source(const DataSource& source, int64_t seq_len, int64_t vocab,
+                   const std::string& tokenizer) {
+  std::unique_ptr<Tokenizer> tok;
+  if (!tokenizer.empty()) tok = std::make_unique<Tokenizer>(tokenizer);
+  if (vocab <= 0 && tok) vocab = tok->vocab_size();
+  if (vocab <= 0)  // the dtype's whole range
+    vocab = source.dtype == "uint16" || source.dtype.empty() ? 65536 : int64_t{1} << 31;
+  const TokenDataset data(source, "train", seq_len, vocab);
+  const auto files = data.files();
+  std::cout << source.path << ": " << source.format << ", " << data.dtype() << " ids, "
+            << files.size() << (files.size() == 1 ? " file" : " files") << " (" << files.front()
+            << (files.size() > 1 ? " ..." : "") << ")\n";
+  std::cout << "  " << data.num_tokens() << " tokens, "
+            << (data.documents() >= 0 ? std::to_string(data.documents()) : "unknown")
+            << " documents, " << data.num_samples() << " samples of " << seq_len
+            << " (every id below " << vocab << ")\n";
+  if (tok) {
+    std::vector<int64_t> s(static_cast<size_t>(seq_len + 1));
+    data.sample(0, s.data());
+    s.resize(std::min<size_t>(s.size(), 33));
+    std::cout << "  first sample: " << tok->decode(std::vector<int32_t>(s.begin(), s.end()))
+              << "\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 Runner setup_data(CLI::App& sub) {
@@ -57,11 +86,20 @@ Runner setup_data(CLI::App& sub) {
 
   auto dir = std::make_shared<std::string>();
   auto seq_len = std::make_shared<int64_t>(256);
-  CLI::App* i =
-      sub.add_subcommand("inspect", "check a shard folder (headers, checksums) and show a sample");
-  i->add_option("dir", *dir, "folder written by data prepare")->required();
+  auto source = std::make_shared<DataSource>();
+  auto vocab = std::make_shared<int64_t>(0);
+  auto tok = std::make_shared<std::string>();
+  CLI::App* i = sub.add_subcommand(
+      "inspect", "check a data source (headers, sizes, checksums or ids) and show a sample");
+  i->add_option("dir", *dir, "shard folder, token file (or glob) or Megatron prefix")->required();
   i->add_option("--seq-len", *seq_len, "sample length to count samples with")
       ->capture_default_str();
+  i->add_option("--format", source->format, "shards, tokens or megatron")->capture_default_str();
+  i->add_option("--dtype", source->dtype, "tokens: uint16 or uint32");
+  i->add_option("--eos", source->eos, "end-of-document id: documents are counted");
+  i->add_option("--vocab-size", *vocab,
+                "ids must lie below it (default: the tokenizer's, else the dtype's range)");
+  i->add_option("--tokenizer", *tok, "tokenizer.model to decode the first sample with");
 
   return [=] {
     if (p->parsed()) {
@@ -83,6 +121,10 @@ Runner setup_data(CLI::App& sub) {
                   static_cast<double>(s.bytes) / 1e6 / s.seconds, o->threads,
                   s.word_cache ? ", word cache" : "");
       return 0;
+    }
+    if (source->format != "shards") {
+      source->path = *dir;
+      return inspect_source(*source, *seq_len, *vocab, *tok);
     }
     const ShardIndex idx = shard_index_read(*dir);
     std::cout << *dir << ": " << (idx.token_bytes == 2 ? "uint16" : "uint32")

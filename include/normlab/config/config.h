@@ -7,15 +7,17 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "normlab/config/enums.h"
+#include "normlab/data/source.h"
 #include "normlab/nn/model_config.h"
 
 namespace normlab {
 
 struct DataConfig {
-  std::string train;
-  std::string val;
+  std::vector<DataSource> train;  // one source, or a mixture drawn by weight
+  std::vector<DataSource> val;    // at most one source
   std::string tokenizer;
   int64_t seq_len = 2048;
 };

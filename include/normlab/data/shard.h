@@ -66,6 +66,8 @@ class ShardFile {
   explicit ShardFile(const std::string& path);
   const ShardHeader& header() const { return header_; }
   const std::string& path() const { return file_.path(); }
+  /// The first token's bytes (inside the mapping, which moves with the object).
+  const char* payload() const { return payload_; }
   /// Token i as an integer.
   uint32_t token(uint64_t i) const {
     const char* p = payload_ + i * header_.token_bytes;

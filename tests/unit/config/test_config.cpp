@@ -68,7 +68,8 @@ TEST(Config, ResolvedYamlReloadsToTheSameConfig) {
   const RunConfig b = config_load(dir / "resolved.yaml");
   EXPECT_EQ(config_to_yaml(b), text);
   EXPECT_DOUBLE_EQ(b.optimizer.lr, 0.0007);
-  EXPECT_EQ(b.data.train, "a b/c");
+  ASSERT_EQ(b.data.train.size(), 1u);
+  EXPECT_EQ(b.data.train[0].path, "a b/c");
   EXPECT_EQ(b.train.seed, 18446744073709551615ull);
   EXPECT_NE(text.find("rope_theta: 10000.0"), std::string::npos) << text;
 }
@@ -167,4 +168,48 @@ TEST(Config, Float64PrecisionAndTheFsdpDtypes) {
               testing::HasSubstr("distributed.reduce_dtype = bf16: cannot be bf16 with "
                                  "train.precision = fp64"));
   EXPECT_EQ(config_error_of("", {"train.precision=fp64", "distributed.param_dtype=fp32"}), "");
+}
+
+// data.train as a folder, one source or a weighted list; the resolved YAML reads back the
+// same; bad sources name the file and the key.
+TEST(Config, DataSourcesAndMixtures) {
+  test::ScratchDir dir("cfg_sources");
+  config_write(dir / "mix.yaml",
+               "data:\n  train:\n    - {path: a.bin, format: tokens, dtype: uint16, eos: 0, "
+               "weight: 0.7}\n    - {path: corpus/mega, format: megatron, weight: 0.3}\n  val: "
+               "{path: v.bin, format: tokens, dtype: uint32, verify: false}\n");
+  const RunConfig c = config_load(dir / "mix.yaml");
+  ASSERT_EQ(c.data.train.size(), 2u);
+  EXPECT_EQ(c.data.train[0].format, "tokens");
+  EXPECT_EQ(c.data.train[0].eos, 0);
+  EXPECT_DOUBLE_EQ(c.data.train[1].weight, 0.3);
+  EXPECT_EQ(c.data.train[1].format, "megatron");
+  ASSERT_EQ(c.data.val.size(), 1u);
+  EXPECT_FALSE(c.data.val[0].verify);
+  const std::string text = config_to_yaml(c);
+  config_write(dir / "resolved.yaml", text);
+  const RunConfig back = config_load(dir / "resolved.yaml");
+  EXPECT_EQ(config_to_yaml(back), text);
+  EXPECT_EQ(back.data.train[1].path, "corpus/mega");
+  EXPECT_EQ(config_flatten(back), config_flatten(c));
+  // A plain folder stays a plain string.
+  EXPECT_NE(config_to_yaml(config_load("", {"data.train=shards"})).find("train: \"shards\""),
+            std::string::npos);
+
+  config_write(dir / "empty_weight.yaml",
+               "data:\n  train:\n    - {path: a.bin, format: tokens, dtype: uint16}\n    - "
+               "{path: b.bin, format: tokens, dtype: uint16, weight: }\n");
+  EXPECT_THAT(config_error_of(dir / "empty_weight.yaml"),
+              testing::HasSubstr("empty_weight.yaml: data.train[1].weight: empty"));
+  EXPECT_THAT(config_error_of("", {"data.train={path: a.bin, format: tokens}"}),
+              testing::HasSubstr("data.train.dtype: format tokens needs dtype uint16 or uint32"));
+  EXPECT_THAT(config_error_of("", {"data.train=[{path: a, weight: -1}]"}),
+              testing::HasSubstr("--set data.train=[{path: a, weight: -1}]: data.train[0].weight: "
+                                 "expected a positive number"));
+  EXPECT_THAT(config_error_of("", {"data.train={path: a, wieght: 2}"}),
+              testing::HasSubstr("data.train.wieght: unknown key (did you mean 'weight'?)"));
+  EXPECT_THAT(config_error_of("", {"data.train={path: a, format: parquet}"}),
+              testing::HasSubstr("format: unknown value 'parquet'"));
+  EXPECT_THAT(config_error_of("", {"data.val=[a, b]"}), testing::HasSubstr("data.val"));
+  EXPECT_THAT(config_error_of("", {"data.train=[]"}), testing::HasSubstr("an empty list"));
 }

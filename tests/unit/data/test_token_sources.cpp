@@ -1,0 +1,339 @@
+// Token arrays and Megatron datasets written by independent writers (numpy, a Python writer of
+// Megatron's .idx layout: tests/reference/token_formats.py) read back exactly; the loader over
+// them resumes exactly and splits across ranks; mixtures draw by weight; hostile files fail
+// with one line naming the file.
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "normlab/data/loader.h"
+#include "normlab/data/megatron_index.h"
+#include "normlab/util/file_io.h"
+#include "support.h"
+
+using namespace normlab;
+
+namespace {
+
+class TokenSourcesTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::ScratchDir("token_sources");
+    const std::string python = NORMLAB_TEST_PYTHON;
+    const std::string cmd = python + " " + NORMLAB_SOURCE_DIR +
+                            "/tests/reference/token_formats.py " + (*dir_ / "d") + " 1000 > " +
+                            (*dir_ / "writer.log") + " 2>&1";
+    status_ = python.empty() ? 77 : std::system(cmd.c_str());
+    if (status_ == 0) expected_ = nlohmann::json::parse(read_file(*dir_ / "d/expected.json"));
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  void SetUp() override {
+    if (status_ != 0)
+      GTEST_SKIP() << "tests/reference/token_formats.py did not run (no Python with numpy?)";
+  }
+  static std::string path(const std::string& name) { return *dir_ / ("d/" + name); }
+  // The ids of dataset `name`'s files as the writer wrote them.
+  static std::vector<std::vector<int64_t>> truth(const std::string& name) {
+    return expected_["datasets"][name]["files"].get<std::vector<std::vector<int64_t>>>();
+  }
+  static std::shared_ptr<TokenDataset> open(const DataSource& s, int64_t seq_len = 16) {
+    return std::make_shared<TokenDataset>(s, "train", seq_len, 1000);
+  }
+  // Every sample of `d` against the writer's ids: sample j of a file is its ids [jT, jT + T].
+  static void expect_samples(const TokenDataset& d,
+                             const std::vector<std::vector<int64_t>>& files) {
+    const int64_t T = d.seq_len();
+    std::vector<int64_t> got(static_cast<size_t>(T + 1));
+    int64_t i = 0;
+    for (const auto& f : files)
+      for (size_t j = 0; (j + 1) * T + 1 <= f.size(); ++j, ++i) {
+        ASSERT_LT(i, d.num_samples());
+        d.sample(i, got.data());
+        const std::vector<int64_t> want(f.begin() + static_cast<int64_t>(j) * T,
+                                        f.begin() + static_cast<int64_t>(j + 1) * T + 1);
+        ASSERT_EQ(got, want) << "sample " << i;
+      }
+    EXPECT_EQ(i, d.num_samples());
+  }
+  static test::ScratchDir* dir_;
+  static int status_;
+  static nlohmann::json expected_;
+};
+test::ScratchDir* TokenSourcesTest::dir_ = nullptr;
+int TokenSourcesTest::status_ = 0;
+nlohmann::json TokenSourcesTest::expected_;
+
+LoaderOptions source_opts(int64_t micro, int64_t global, int64_t rank, int64_t world,
+                          uint64_t seed) {
+  LoaderOptions o;
+  o.micro_batch = micro;
+  o.global_batch = global;
+  o.rank = rank;
+  o.world_size = world;
+  o.seed = seed;
+  return o;
+}
+
+std::string source_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST_F(TokenSourcesTest, NanoGptUint16ArrayReadsAsWritten) {
+  const auto d = open({path("flat16.bin"), "tokens", "uint16", 0});
+  expect_samples(*d, truth("flat16"));
+  EXPECT_EQ(d->dtype(), "uint16");
+  EXPECT_EQ(d->documents(), expected_["datasets"]["flat16"]["documents"].get<int64_t>());
+}
+
+TEST_F(TokenSourcesTest, OlmoUint32ArraysReadInSortedOrder) {
+  const auto d = open({path("olmo32/part-*.npy"), "tokens", "uint32", 0}, 32);
+  ASSERT_EQ(d->files().size(), 2u);
+  expect_samples(*d, truth("olmo32"));
+  EXPECT_EQ(d->documents(), expected_["datasets"]["olmo32"]["documents"].get<int64_t>());
+}
+
+TEST_F(TokenSourcesTest, MegatronDatasetsReadAsWritten) {
+  const auto d32 = open({path("mega32"), "megatron"});
+  expect_samples(*d32, truth("mega32"));
+  EXPECT_EQ(d32->dtype(), "int32");
+  EXPECT_EQ(d32->documents(), expected_["datasets"]["mega32"]["documents"].get<int64_t>());
+  const auto d16 = open({path("mega16.idx"), "megatron"}, 8);  // a prefix with .idx works too
+  expect_samples(*d16, truth("mega16"));
+  EXPECT_EQ(d16->dtype(), "uint16");
+  EXPECT_EQ(d16->documents(), expected_["datasets"]["mega16"]["documents"].get<int64_t>());
+}
+
+// Resume and ranks over a token array: a loader made afresh at step 7 continues with the same
+// batches; two ranks' micro-batches together are the one-process global batch; one epoch
+// visits every sample once.
+TEST_F(TokenSourcesTest, LoaderResumesExactlyAndSplitsAcrossRanks) {
+  const DataSource src{path("flat16.bin"), "tokens", "uint16", 0};
+  const auto d = open(src);
+  const int64_t G = 8, N = d->num_samples();
+  const TrainLoader one(d, source_opts(4, G, 0, 1, 11));
+  const TrainLoader resumed(open(src), source_opts(4, G, 0, 1, 11));
+  TrainLoader r0(d, source_opts(2, G, 0, 2, 11)), r1(d, source_opts(2, G, 1, 2, 11));
+  std::vector<int64_t> first_epoch;
+  for (int64_t step = 0; step < 20; ++step) {
+    std::vector<int64_t> global, ranks;
+    for (int64_t m = 0; m < one.micro_steps(); ++m) {
+      const auto ids = one.sample_ids(step, m);
+      global.insert(global.end(), ids.begin(), ids.end());
+      if (step >= 7) {
+        const Batch a = one.batch(step, m), b = resumed.batch(step, m);
+        ASSERT_TRUE(torch::equal(a.inputs, b.inputs) && torch::equal(a.targets, b.targets));
+      }
+    }
+    for (const TrainLoader* r : {&r0, &r1})
+      for (int64_t m = 0; m < r->micro_steps(); ++m) {
+        const auto ids = r->sample_ids(step, m);
+        ranks.insert(ranks.end(), ids.begin(), ids.end());
+      }
+    EXPECT_EQ(global, ranks) << "step " << step;
+    for (int64_t id : global)
+      if (static_cast<int64_t>(first_epoch.size()) < N) first_epoch.push_back(id);
+  }
+  ASSERT_EQ(static_cast<int64_t>(first_epoch.size()), N);
+  EXPECT_EQ(static_cast<int64_t>(std::set<int64_t>(first_epoch.begin(), first_epoch.end()).size()),
+            N);
+}
+
+// 0.7 / 0.3 over 1,000 steps: source a's ids are below 500, source b's from 500 (but EOS, 0),
+// so the tokens of the batches say where they came from. The shares are counted from the
+// batches, not from the plan.
+TEST_F(TokenSourcesTest, MixtureDrawsByWeightRepeatsTheSmallSourceAndResumes) {
+  const DataSource a{path("mix_a.bin"), "tokens", "uint16", 0, 0.7};
+  const DataSource b{path("mix_b"), "megatron", "", 0, 0.3};
+  const auto da = open(a), db = open(b);
+  const int64_t G = 10, steps = 1000;
+  const TrainLoader loader({da, db}, {0.7, 0.3}, source_opts(5, G, 0, 1, 3));
+  double from_b = 0, nonzero = 0;
+  std::map<int64_t, std::multiset<int64_t>> b_by_epoch;  // source b's samples per its epoch
+  int64_t b_draws = 0;
+  std::set<int64_t> b_draws_seen;  // each draw index once: 0 .. b_draws - 1
+  for (int64_t step = 0; step < steps; ++step)
+    for (int64_t m = 0; m < loader.micro_steps(); ++m) {
+      const Batch batch = loader.batch(step, m);
+      const torch::Tensor t = batch.inputs;
+      nonzero += static_cast<double>((t != 0).sum().item<int64_t>());
+      from_b += static_cast<double>((t >= 500).sum().item<int64_t>());
+      for (const SampleRef& r : loader.sample_refs(step, m))
+        if (r.source == 1) {
+          b_by_epoch[r.draw / db->num_samples()].insert(r.sample);
+          b_draws_seen.insert(r.draw);
+          ++b_draws;
+        }
+    }
+  // Token shares among non-EOS ids (both sources hold about the same fraction of EOS).
+  const double share_b = from_b / nonzero;
+  EXPECT_NEAR(share_b, 0.3, 0.01) << "source b's share of tokens";
+  EXPECT_EQ(static_cast<int64_t>(b_draws_seen.size()), b_draws);
+  EXPECT_EQ(*b_draws_seen.rbegin(), b_draws - 1);
+  EXPECT_EQ(b_draws, loader.plan().draws_before(1, steps * G));
+  // b is small: it repeats, every epoch a permutation of its samples.
+  EXPECT_EQ(loader.source_epoch(1, steps), b_draws / db->num_samples());
+  EXPECT_GT(loader.source_epoch(1, steps), 5);
+  for (const auto& [epoch, samples] : b_by_epoch) {
+    if (epoch >= b_draws / db->num_samples()) continue;  // the last epoch, not complete
+    EXPECT_EQ(std::set<int64_t>(samples.begin(), samples.end()).size(), samples.size())
+        << "epoch " << epoch << " of source b repeats a sample";
+    EXPECT_EQ(static_cast<int64_t>(samples.size()), db->num_samples());
+  }
+  // A resumed loader (sources opened afresh) continues with the same order.
+  const TrainLoader resumed({open(a), open(b)}, {0.7, 0.3}, source_opts(5, G, 0, 1, 3));
+  for (int64_t step = 600; step < 620; ++step)
+    for (int64_t m = 0; m < loader.micro_steps(); ++m) {
+      const Batch x = loader.batch(step, m), y = resumed.batch(step, m);
+      ASSERT_TRUE(torch::equal(x.inputs, y.inputs)) << "step " << step;
+    }
+  // Another seed, another order.
+  const TrainLoader other({da, db}, {0.7, 0.3}, source_opts(5, G, 0, 1, 4));
+  EXPECT_FALSE(torch::equal(loader.batch(3, 0).inputs, other.batch(3, 0).inputs));
+}
+
+TEST(Mixture, PlanCountsAreExactAndOneSourceIsTheIdentity) {
+  const MixturePlan one({2.5}, 8, 1);
+  for (int64_t p : {0, 1, 7, 8, 1000003}) EXPECT_EQ(one.draw(p), std::make_pair(int64_t{0}, p));
+  const MixturePlan plan({0.5, 0.25, 0.25}, 12, 9);
+  // Each step's 12 slots hold 6, 3 and 3 draws, shuffled; over the run every draw index of a
+  // source occurs once.
+  std::vector<std::set<int64_t>> seen(3);
+  for (int64_t p = 0; p < 1200; ++p) {
+    const auto [s, k] = plan.draw(p);
+    EXPECT_TRUE(seen[static_cast<size_t>(s)].insert(k).second) << "draw " << k << " twice";
+    if (p % 12 == 11)
+      EXPECT_EQ(seen[0].size() + seen[1].size() * 10 + seen[2].size() * 1000,
+                static_cast<size_t>((p + 1) / 12 * (6 + 30 + 3000)));
+  }
+  for (size_t s = 0; s < 3; ++s) {
+    const int64_t n = s == 0 ? 600 : 300;
+    EXPECT_EQ(static_cast<int64_t>(seen[s].size()), n);
+    EXPECT_EQ(*seen[s].rbegin(), n - 1);
+  }
+  for (int64_t s = 0; s < 3; ++s)
+    EXPECT_EQ(plan.draws_before(s, 1200),
+              static_cast<int64_t>(seen[static_cast<size_t>(s)].size()));
+  // The bounds mixture.h states, for weights that do not divide the batch: every prefix less
+  // than one sample from share * n, every step less than two from share * G.
+  const MixturePlan odd({0.7, 0.2, 0.1}, 7, 5);
+  for (int64_t s = 0; s < 3; ++s)
+    for (int64_t n = 0; n <= 7000; ++n) {
+      const double want = odd.share(s) * static_cast<double>(n);
+      ASSERT_LT(std::abs(static_cast<double>(odd.draws_before(s, n)) - want), 1.0) << s << " " << n;
+      if (n % 7 == 0 && n > 0)
+        ASSERT_LT(
+            std::abs(static_cast<double>(odd.draws_before(s, n) - odd.draws_before(s, n - 7)) -
+                     odd.share(s) * 7),
+            2.0);
+    }
+  EXPECT_NEAR(odd.share(0), 0.7, 1e-7);  // shares of 2^24: within 2^-24 of the weights
+  EXPECT_THROW(MixturePlan({0.7, 0.0}, 8, 0), DataError);
+  EXPECT_THROW(MixturePlan({0.7, std::nan("")}, 8, 0), DataError);
+}
+
+TEST_F(TokenSourcesTest, HostileFilesFailWithOneLineNamingTheFile) {
+  auto expect_error = [](const std::function<void()>& f, const std::string& file,
+                         const std::string& phrase) {
+    const std::string e = source_error_of(f);
+    EXPECT_NE(e.find(file), std::string::npos) << e;
+    EXPECT_NE(e.find(phrase), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  };
+  expect_error(
+      [&] {
+        open({path("bad_truncated.bin"), "tokens", "uint16"});
+      },
+      "bad_truncated.bin", "not a whole number of uint16 ids");
+  expect_error(
+      [&] {
+        open({path("bad_uint32.bin"), "tokens", "uint16"});
+      },
+      "bad_uint32.bin", "is its dtype uint32?");
+  expect_error(
+      [&] {
+        open({path("flat16.bin"), "tokens", "uint32"});
+      },
+      "flat16.bin", "is its dtype uint16?");
+  const auto& bad = expected_["datasets"]["bad_id"];
+  const std::string at = "token id " + std::to_string(bad["id"].get<int64_t>()) + " at offset " +
+                         std::to_string(bad["offset"].get<int64_t>()) + " (byte " +
+                         std::to_string(2 * bad["offset"].get<int64_t>()) + ")";
+  expect_error([&] { open({path("bad_id.bin"), "tokens", "uint16"}); }, "bad_id.bin", at);
+  // Unverified at open, the bad id still stops the sample that holds it.
+  const auto unverified = open({path("bad_id.bin"), "tokens", "uint16", -1, 1.0, false});
+  std::vector<int64_t> row(17);
+  const int64_t holder = bad["offset"].get<int64_t>() / 16;
+  expect_error([&] { unverified->sample(holder, row.data()); }, "bad_id.bin", at);
+  expect_error(
+      [&] {
+        open({path("bad_pointers"), "megatron"});
+      },
+      "bad_pointers.idx", "the sizes do not add up");
+  expect_error(
+      [&] {
+        open({path("bad_lengths"), "megatron"});
+      },
+      "bad_lengths.bin", "the sizes do not add up");
+  expect_error(
+      [&] {
+        open({path("bad_docs"), "megatron"});
+      },
+      "bad_docs.idx", "the document index ends at sequence 5");
+  expect_error(
+      [&] {
+        open({path("mega32"), "megatron", "uint16"});
+      },
+      "mega32.idx", "holds int32 ids");
+  expect_error([&] { open({path("nothing_here"), "megatron"}); }, "nothing_here.idx", "not found");
+  expect_error(
+      [&] {
+        open({path("flat16.bin"), "tokens", "uint16", 1000});
+      },
+      "flat16.bin", "eos 1000");
+}
+
+// The header checks of a Megatron index, on bytes built here.
+TEST(MegatronIndex, TruncatedOrForeignIndexesAreRefused) {
+  std::string idx("MMIDIDX\0\0", 9);
+  auto u64 = [&](uint64_t v) { idx.append(reinterpret_cast<const char*>(&v), 8); };
+  u64(1);
+  idx.push_back(static_cast<char>(8));
+  u64(1);  // one sequence
+  u64(2);  // document index [0, 1]
+  const int32_t len = 3;
+  idx.append(reinterpret_cast<const char*>(&len), 4);
+  u64(0);
+  u64(0);
+  u64(1);
+  const MegatronIndex ok = megatron_index_parse(idx.data(), idx.size(), "x.idx", 6, "x.bin");
+  EXPECT_EQ(ok.tokens, 3u);
+  EXPECT_EQ(ok.documents, 1u);
+  EXPECT_THROW(megatron_index_parse(idx.data(), idx.size() - 1, "x.idx", 6, "x.bin"), DataError);
+  std::string v2 = idx;
+  v2[9] = 2;
+  EXPECT_NE(source_error_of([&] {
+              megatron_index_parse(v2.data(), v2.size(), "x.idx", 6, "x.bin");
+            }).find("version 2"),
+            std::string::npos);
+  std::string f32 = idx;
+  f32[17] = 7;
+  EXPECT_NE(source_error_of([&] {
+              megatron_index_parse(f32.data(), f32.size(), "x.idx", 6, "x.bin");
+            }).find("float32"),
+            std::string::npos);
+  EXPECT_THROW(megatron_index_parse("NOTANIDX", 8, "x.idx", 6, "x.bin"), DataError);
+}
+
+}  // namespace
