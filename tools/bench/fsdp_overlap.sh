@@ -14,7 +14,7 @@ py=${NORMLAB_VENV:-$root/.venv}/bin/python
 steps=${1:-8} repeats=${2:-2} warmup=${3:-2}
 shift $(($# < 3 ? $# : 3))
 command -v mpirun >/dev/null || { echo "fsdp_overlap: no mpirun (tools/setup.sh installs Open MPI)"; exit 1; }
-"$root/tools/prepare_corpus.sh" >/dev/null
+"$root/tools/prepare_corpus.sh" >/dev/null 2>&1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
