@@ -184,6 +184,13 @@ void visit(V& v, DistributedConfig& d) {
   v("reduce_dtype", d.reduce_dtype,
     "FSDP: dtype of the gradient reduce-scatter; fp32 (exact sums), bf16 (half the traffic), auto "
     "= param_dtype");
+  v("reduce", d.reduce,
+    "FSDP with gradient accumulation: reduce-scatter each block's gradient after every "
+    "micro-step (per_micro_step), or accumulate it unsharded and reduce once per step "
+    "(per_step: fewer collectives, one unsharded gradient more per rank, normlab info)");
+  v("overlap_reduce", d.overlap_reduce,
+    "FSDP: start a block's gradient reduce-scatter as soon as its backward is done and let it "
+    "run while the blocks before it compute (completed before the optimizer step)");
 }
 
 template <class V>

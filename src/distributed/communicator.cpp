@@ -141,6 +141,12 @@ std::unique_ptr<Communicator::Pending> Communicator::all_gather_async(torch::Ten
   return std::make_unique<Done>();
 }
 
+std::unique_ptr<Communicator::Pending> Communicator::reduce_scatter_async(torch::Tensor& out,
+                                                                          const torch::Tensor& in) {
+  reduce_scatter(out, in);
+  return std::make_unique<Done>();
+}
+
 void SingleProcess::all_gather(torch::Tensor& out, const torch::Tensor& in) {
   TORCH_CHECK(out.numel() == in.numel(), "all_gather: out has ", out.numel(), " elements, in ",
               in.numel());

@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cmath>
 #include <map>
 
@@ -28,12 +29,30 @@ struct Fsdp::Unit {
   torch::Tensor incoming;  // the buffer of a gather in flight (param_dtype)
   torch::Tensor outgoing;  // this rank's shard in param_dtype while its gather is in flight
   std::unique_ptr<Communicator::Pending> in_flight;
+  torch::Tensor accumulated;  // unsharded gradient of the micro-steps without sync (padded)
+  torch::Tensor reduce_in, reduce_out;  // a reduce-scatter in flight: flat gradient, its result
+  std::unique_ptr<Communicator::Pending> reducing;
   int64_t pending = 0;  // parameters still to accumulate in this backward
   bool reduced = true;  // this backward's gradient is in shard_grad
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks;
 };
 
 namespace {
+
+// Adds the seconds of its scope to `total`.
+class WaitTimer {
+ public:
+  explicit WaitTimer(double& total) : total_(total), t0_(std::chrono::steady_clock::now()) {}
+  ~WaitTimer() {
+    total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+  WaitTimer(const WaitTimer&) = delete;
+  WaitTimer& operator=(const WaitTimer&) = delete;
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point t0_;
+};
 
 // Identity on a block's outputs whose backward gathers the block's parameters before any of
 // the block's own backward runs (its nodes consume these gradients).
@@ -154,7 +173,10 @@ void Fsdp::gather(Unit& u) {
   if (u.gathered) return;
   torch::NoGradGuard no_grad;
   start_gather(u);
-  u.in_flight->wait();
+  {
+    WaitTimer timer(wait_seconds_);
+    u.in_flight->wait();
+  }
   u.in_flight.reset();
   u.outgoing = torch::Tensor();
   const torch::Tensor full =
@@ -180,18 +202,59 @@ void Fsdp::free(Unit& u) {
 
 void Fsdp::reduce_grads(Unit& u) {
   torch::NoGradGuard no_grad;
-  torch::Tensor flat =
-      torch::zeros({u.padded}, u.shard_param.options().dtype(options_.reduce_dtype));
-  for (auto& q : u.params) {
-    if (q.tensor.grad().defined())
-      flat.narrow(0, q.offset, q.numel).copy_(q.tensor.grad().reshape(-1));
-    q.tensor.mutable_grad().reset();
+  if (!sync_ || u.accumulated.defined()) {  // add this backward's gradient to the unit's sum
+    if (!u.accumulated.defined()) u.accumulated = torch::zeros({u.padded}, u.shard_grad.options());
+    for (auto& q : u.params) {
+      if (q.tensor.grad().defined())
+        u.accumulated.narrow(0, q.offset, q.numel).add_(q.tensor.grad().reshape(-1));
+      q.tensor.mutable_grad().reset();
+    }
   }
-  torch::Tensor mine = torch::empty({u.shard}, flat.options());
-  comm_.reduce_scatter(mine, flat);
-  u.shard_grad.add_(mine.to(u.shard_grad.scalar_type()), 1.0 / static_cast<double>(comm_.world()));
   u.reduced = true;
+  if (!sync_) {
+    free(u);
+    return;
+  }
+  torch::Tensor flat;
+  if (u.accumulated.defined()) {
+    flat = u.accumulated.to(options_.reduce_dtype);
+    u.accumulated = torch::Tensor();
+  } else {
+    flat = torch::zeros({u.padded}, u.shard_grad.options().dtype(options_.reduce_dtype));
+    for (auto& q : u.params) {
+      if (q.tensor.grad().defined())
+        flat.narrow(0, q.offset, q.numel).copy_(q.tensor.grad().reshape(-1));
+      q.tensor.mutable_grad().reset();
+    }
+  }
   free(u);
+  if (reducing_) finish_reduce(*reducing_);  // at most one in flight
+  u.reduce_in = flat;
+  u.reduce_out = torch::empty({u.shard}, flat.options());
+  if (options_.overlap_reduce) {
+    u.reducing = comm_.reduce_scatter_async(u.reduce_out, u.reduce_in);
+    reducing_ = &u;
+  } else {
+    {
+      WaitTimer timer(wait_seconds_);
+      comm_.reduce_scatter(u.reduce_out, u.reduce_in);
+    }
+    finish_reduce(u);
+  }
+}
+
+void Fsdp::finish_reduce(Unit& u) {
+  torch::NoGradGuard no_grad;
+  if (u.reducing) {
+    WaitTimer timer(wait_seconds_);
+    u.reducing->wait();
+  }
+  u.reducing.reset();
+  if (reducing_ == &u) reducing_ = nullptr;
+  if (!u.reduce_out.defined()) return;
+  u.shard_grad.add_(u.reduce_out.to(u.shard_grad.scalar_type()),
+                    1.0 / static_cast<double>(comm_.world()));
+  u.reduce_in = u.reduce_out = torch::Tensor();
 }
 
 void Fsdp::before_forward() {
@@ -238,11 +301,14 @@ void Fsdp::finish_backward() {
       gather(*u);  // its parameters may have been freed after forward; reduce_grads frees them
       reduce_grads(*u);
     }
+  if (reducing_) finish_reduce(*reducing_);
 }
 
 void Fsdp::zero_grad() {
+  if (reducing_) finish_reduce(*reducing_);  // a backward not finished (an error): drop it
   for (auto& u : units_) {
     u->shard_grad.zero_();
+    u->accumulated = torch::Tensor();
     if (u->in_flight) {  // a prefetch nothing consumed: complete it and drop it (the shards change
                          // next)
       u->in_flight->wait();
@@ -264,6 +330,12 @@ double Fsdp::clip_grad_norm(double max_norm) {
       for (auto& u : units_) u->shard_grad.mul_(coef);
   }
   return total;
+}
+
+double Fsdp::take_wait_seconds() {
+  const double s = wait_seconds_;
+  wait_seconds_ = 0.0;
+  return s;
 }
 
 TensorDict Fsdp::local_weights() const {
@@ -319,6 +391,7 @@ int64_t Fsdp::resident_bytes() const {
   for (const auto& u : units_) {
     bytes += (u->shard_param.numel() + u->shard_grad.numel()) * static_cast<int64_t>(sizeof(float));
     for (const auto& q : u->params) bytes += static_cast<int64_t>(q.tensor.storage().nbytes());
+    if (u->accumulated.defined()) bytes += static_cast<int64_t>(u->accumulated.nbytes());
   }
   return bytes;
 }

@@ -59,6 +59,10 @@ double Trainer::Impl::accumulate(int64_t s) {
                         b.targets.to(device, /*non_blocking=*/true), cfg.train.z_loss, nullptr,
                         cfg.train.loss_chunk_rows);
     }
+    // distributed.reduce per_step: the gradient is reduced over ranks in the last micro-step.
+    if (fsdp)
+      fsdp->set_gradient_sync(cfg.distributed.reduce == GradientReduce::PerMicroStep ||
+                              m + 1 == loader->micro_steps());
     (out.loss * scale).backward();
     if (fsdp) fsdp->finish_backward();
     loss_sum.add_(out.ce.detach().to(torch::kDouble), scale);
@@ -97,6 +101,7 @@ StepMetrics Trainer::Impl::step() {
   st.step = m.step;
   if (device.is_cuda()) torch::cuda::synchronize(device.index());  // the step's kernels are done
   m.seconds = seconds_since(t0);
+  if (fsdp) m.comm_wait_seconds = fsdp->take_wait_seconds();
   st.wall_seconds += m.seconds;
   return m;
 }
@@ -189,6 +194,7 @@ RunSummary Trainer::Impl::run() {
     line["tokens"] = st.tokens;
     line["tokens_per_s"] = tokens_per_step / m.seconds;
     line["step_seconds"] = m.seconds;
+    if (m.comm_wait_seconds >= 0) line["comm_wait_seconds"] = m.comm_wait_seconds;
     step_secs.push_back(m.seconds);
     log_progress(m);
     const bool last = m.step == cfg.train.steps;

@@ -232,6 +232,7 @@ void Trainer::Impl::build_model() {
   fo.reshard_after_forward = cfg.distributed.reshard_after_forward;
   fo.activation_checkpointing_every = activation_checkpointing_every;
   fo.prefetch = cfg.distributed.prefetch;
+  fo.overlap_reduce = cfg.distributed.overlap_reduce;
   // auto: the compute dtype (bf16 under autocast) for gathers; reductions follow the gathers.
   const auto dtype_of = [](Precision p, torch::ScalarType automatic) {
     return p == Precision::Auto   ? automatic

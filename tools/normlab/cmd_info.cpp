@@ -93,6 +93,11 @@ int run_info(const InfoOptions& o) {
   MemoryPlan plan;
   plan.seq_len = T;
   plan.micro_batch = o.micro_batch > 0 ? o.micro_batch : cfg.train.micro_batch;
+  plan.overlap_reduce = cfg.distributed.overlap_reduce;
+  // Gradient accumulation over ranks: global_batch / (micro_batch x world) micro-steps.
+  const int64_t micro_steps =
+      cfg.train.global_batch / std::max<int64_t>(plan.micro_batch * o.world_size, 1);
+  plan.reduce_per_step = cfg.distributed.reduce == GradientReduce::PerStep && micro_steps > 1;
   std::cout
       << "\nmemory per GPU (estimate; micro-batch " << plan.micro_batch << ", seq_len " << T
       << ", bf16 autocast, fp32 AdamW)\n"
@@ -113,6 +118,16 @@ int run_info(const InfoOptions& o) {
                     gib(e.activations).c_str(), gib(e.logits).c_str(), gib(e.total()).c_str());
       std::cout << line;
     }
+  }
+  if (cfg.distributed.reduce == GradientReduce::PerStep) {
+    std::cout << "  distributed.reduce per_step: ";
+    if (plan.reduce_per_step)
+      std::cout << "FSDP's working memory includes " << gib(4.0 * static_cast<double>(c.total))
+                << " of unsharded fp32 gradient summed over " << micro_steps
+                << " micro-steps, one reduce-scatter per step\n";
+    else
+      std::cout << "one micro-step per step over " << o.world_size
+                << " GPUs: nothing to accumulate, the same as per_micro_step\n";
   }
   return 0;
 }

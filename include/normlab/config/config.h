@@ -98,6 +98,8 @@ struct DistributedConfig {
   bool force_fsdp = false;
   Precision param_dtype = Precision::Auto;
   Precision reduce_dtype = Precision::Fp32;
+  GradientReduce reduce = GradientReduce::PerMicroStep;
+  bool overlap_reduce = true;
 };
 
 struct RunConfig {

@@ -11,6 +11,7 @@ enum class ScheduleKind { Cosine, Linear, Wsd, Constant };
 enum class Precision { Auto, Bf16, Fp32, Fp64 };
 enum class CommBackend { Auto, Mpi, Nccl };
 enum class ActivationCheckpointing { None, Block, Selective };
+enum class GradientReduce { PerMicroStep, PerStep };
 
 // clang-format off
 template <> struct EnumNames<ScheduleKind> {
@@ -30,6 +31,10 @@ template <> struct EnumNames<ActivationCheckpointing> {
 template <> struct EnumNames<CommBackend> {
   static constexpr NameRow<CommBackend> rows[] = {
     {CommBackend::Auto, "auto"}, {CommBackend::Mpi, "mpi"}, {CommBackend::Nccl, "nccl"}};
+};
+template <> struct EnumNames<GradientReduce> {
+  static constexpr NameRow<GradientReduce> rows[] = {
+    {GradientReduce::PerMicroStep, "per_micro_step"}, {GradientReduce::PerStep, "per_step"}};
 };
 // clang-format on
 

@@ -85,6 +85,11 @@ class Communicator {
   virtual std::unique_ptr<Pending> all_gather_async(torch::Tensor& out, const torch::Tensor& in);
   /// out (n) <- the sum over ranks of in[rank * n, (rank + 1) * n). Float types.
   virtual void reduce_scatter(torch::Tensor& out, const torch::Tensor& in) = 0;
+  /// reduce_scatter started now, completed by wait(); the same rules as all_gather_async
+  /// (`out` and `in` alive, `in` unchanged, the same order on every rank). The default runs it
+  /// at once.
+  virtual std::unique_ptr<Pending> reduce_scatter_async(torch::Tensor& out,
+                                                        const torch::Tensor& in);
   /// t <- the sum (or max) over ranks of t, in place.
   virtual void all_reduce(torch::Tensor& t, ReduceOp op) = 0;
   virtual void broadcast(torch::Tensor& t, int root) = 0;

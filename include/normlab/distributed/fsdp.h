@@ -22,6 +22,14 @@
 //             its backward; when every parameter of a unit has accumulated its gradient (grad
 //             accumulator post hooks), the flat gradient is reduce-scattered (sum / W: the
 //             global-batch mean) into shard_grad and the full gradient and parameters freed.
+//   overlap   that reduce-scatter is started, not waited for: it runs while the blocks before
+//             it compute their backward (NCCL on its own stream; MPI whenever the engine is
+//             entered) and is completed when the next unit's starts or in finish_backward, so
+//             at most one unit's flat gradient is in flight beside the one being filled.
+//   sync      set_gradient_sync(false) before a micro-step's backward (gradient accumulation,
+//             distributed.reduce per_step): each unit's gradient is added to an unsharded flat
+//             buffer of the unit instead of being reduced; the micro-step with sync on reduces
+//             that sum once. Costs one unsharded gradient (in the shards' dtype) per rank.
 // The optimizer sees pieces(): per parameter, the 1-D view of the elements rank r holds, with
 // the weight-decay decision of the whole parameter. Pieces of one parameter over ranks 0..W-1
 // concatenate to the flattened parameter, which is what sharded checkpoints and their
@@ -50,6 +58,9 @@ struct FsdpOptions {
   torch::ScalarType param_dtype =
       torch::kFloat;  // all-gather dtype (kFloat, kBFloat16; fp64 model: kDouble)
   torch::ScalarType reduce_dtype = torch::kFloat;  // reduce-scatter dtype (likewise)
+  // Start each unit's reduce-scatter without waiting for it; it completes when the next unit's
+  // starts, or in finish_backward (at most one in flight).
+  bool overlap_reduce = true;
 };
 
 /// This rank's elements of one parameter.
@@ -75,11 +86,18 @@ class Fsdp final : public ForwardHooks {
   const std::vector<ShardPiece>& pieces() const { return pieces_; }
   /// Shard gradients to zero (before a step's micro-batches).
   void zero_grad();
+  /// Whether the next backward reduces its gradients over ranks (true, the default) or keeps
+  /// adding them to this rank's unsharded buffers until a backward that does.
+  void set_gradient_sync(bool sync) { sync_ = sync; }
   /// After each backward: reduces the units whose hooks did not complete (parameters that got
-  /// no gradient), in unit order on every rank.
+  /// no gradient), in unit order on every rank, and completes every reduction in flight.
   void finish_backward();
   /// The global gradient norm over all shards; clips like clip_grad_norm (optimizer.h).
   double clip_grad_norm(double max_norm);
+  /// Seconds the calling thread has waited for gathers and reductions to complete since the
+  /// last call (the communication not hidden behind compute; on CUDA a wait only orders
+  /// streams, so this measures the host side only).
+  double take_wait_seconds();
 
   /// This rank's pieces by parameter name, and their starts and shapes (checkpoint metadata).
   TensorDict local_weights() const;
@@ -107,12 +125,16 @@ class Fsdp final : public ForwardHooks {
   void start_gather(Unit& u);
   void free(Unit& u);
   void reduce_grads(Unit& u);
+  void finish_reduce(Unit& u);
 
   DecoderLM model_;
   Communicator& comm_;
   FsdpOptions options_;
   std::vector<std::unique_ptr<Unit>> units_;  // blocks 0..L-1, then the root
   std::vector<ShardPiece> pieces_;
+  bool sync_ = true;
+  double wait_seconds_ = 0.0;
+  Unit* reducing_ = nullptr;  // the unit whose reduce-scatter is in flight
 };
 
 }  // namespace normlab

@@ -119,7 +119,7 @@ class MpiCommunicator final : public Communicator {
     TORCH_CHECK(out.numel() == in.numel() * world_ && out.scalar_type() == in.scalar_type(),
                 "all_gather: out must hold world x in elements of the same dtype");
     const MPI_Datatype type = mpi_type(in, false);
-    auto p = std::make_unique<InFlight>(this, in.numel(), out, in);
+    auto p = std::make_unique<InFlight>(this, "all_gather", in.numel(), out, in);
     check(MPI_Iallgather(in.data_ptr(), count_of(in, type), type, out.data_ptr(),
                          count_of(in, type), type, MPI_COMM_WORLD, &p->req),
           "all_gather");
@@ -137,6 +137,20 @@ class MpiCommunicator final : public Communicator {
                                     sum_op(in), MPI_COMM_WORLD, &req),
           "reduce_scatter");
     wait(req, "reduce_scatter", in.numel(), {out, in});
+  }
+
+  std::unique_ptr<Pending> reduce_scatter_async(torch::Tensor& out,
+                                                const torch::Tensor& in) override {
+    check_cpu(out, "reduce_scatter");
+    check_cpu(in, "reduce_scatter");
+    TORCH_CHECK(in.numel() == out.numel() * world_ && out.scalar_type() == in.scalar_type(),
+                "reduce_scatter: in must hold world x out elements of the same dtype");
+    const MPI_Datatype type = mpi_type(in, true);
+    auto p = std::make_unique<InFlight>(this, "reduce_scatter", in.numel(), out, in);
+    check(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count_of(out, type), type,
+                                    sum_op(in), MPI_COMM_WORLD, &p->req),
+          "reduce_scatter");
+    return p;
   }
 
   void all_reduce(torch::Tensor& t, ReduceOp op) override {
@@ -205,12 +219,12 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  // Holds its buffers until the gather completed: the caller's tensors may go first.
+  // Holds its buffers until the collective completed: the caller's tensors may go first.
   struct InFlight final : Pending {
-    InFlight(MpiCommunicator* c, int64_t n, torch::Tensor o, torch::Tensor i)
-        : comm(c), numel(n), out(std::move(o)), in(std::move(i)) {}
+    InFlight(MpiCommunicator* c, const char* w, int64_t n, torch::Tensor o, torch::Tensor i)
+        : comm(c), what(w), numel(n), out(std::move(o)), in(std::move(i)) {}
     void wait() override {
-      if (!done) comm->wait(req, "all_gather", numel, {out, in});
+      if (!done) comm->wait(req, what, numel, {out, in});
       done = true;
     }
     ~InFlight() override {
@@ -220,11 +234,12 @@ class MpiCommunicator final : public Communicator {
         return;
       }
       try {
-        comm->wait(req, "all_gather", numel, {out, in});
+        comm->wait(req, what, numel, {out, in});
       } catch (const CommError&) {  // abandoned by wait
       }
     }
     MpiCommunicator* comm;
+    const char* what;
     int64_t numel;
     torch::Tensor out, in;
     MPI_Request req = MPI_REQUEST_NULL;

@@ -80,6 +80,13 @@ class NcclCommunicator final : public Communicator {
     o.reduceOp = c10d::ReduceOp::SUM;
     pg_->_reduce_scatter_base(out, src, o)->wait();
   }
+  std::unique_ptr<Pending> reduce_scatter_async(torch::Tensor& out,
+                                                const torch::Tensor& in) override {
+    torch::Tensor src = in;
+    c10d::ReduceScatterOptions o;
+    o.reduceOp = c10d::ReduceOp::SUM;
+    return std::make_unique<InFlight>(pg_->_reduce_scatter_base(out, src, o));
+  }
   void all_reduce(torch::Tensor& t, ReduceOp op) override {
     std::vector<torch::Tensor> ts{t.is_cuda() ? t : t.to(device_)};
     c10d::AllreduceOptions o;

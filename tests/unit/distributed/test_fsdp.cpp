@@ -161,6 +161,87 @@ TEST(Fsdp, ComposesWithActivationCheckpointing) {
   expect_sharded_gradients(Scheme::Hyper, 3, false, true, true);
 }
 
+// W ranks run `micro` micro-steps of 2 sequences each (loss / micro, as the trainer scales it)
+// under `o`, syncing gradients every micro-step or only in the last (distributed.reduce
+// per_step); returns the joined shard gradients and each rank's reduce-scatter count.
+struct AccumulatedGradients {
+  std::map<std::string, torch::Tensor> grads;
+  std::vector<int> reduce_scatters;
+};
+AccumulatedGradients accumulated_gradients(const ModelConfig& cfg, int world, int micro,
+                                           bool per_step, const FsdpOptions& o,
+                                           const torch::Tensor& tokens,
+                                           const torch::Tensor& targets) {
+  AccumulatedGradients r;
+  r.reduce_scatters.assign(world, 0);
+  std::map<std::string, std::vector<std::pair<int64_t, torch::Tensor>>> pieces;
+  std::mutex mu;
+  on_ranks(world, [&](int rank, Communicator& comm) {
+    DecoderLM model = build(cfg, 7);
+    Fsdp fsdp(model, comm, o, weight_decay_names(*model, OptimizerConfig{}));
+    fsdp.zero_grad();
+    for (int m = 0; m < micro; ++m) {
+      fsdp.set_gradient_sync(!per_step || m + 1 == micro);
+      const int64_t row = (rank * micro + m) * 2;
+      (model->loss(tokens.narrow(0, row, 2), targets.narrow(0, row, 2)).loss / micro).backward();
+      fsdp.finish_backward();
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    r.reduce_scatters[rank] = dynamic_cast<ThreadComm&>(comm).reduce_scatters;
+    for (const ShardPiece& p : fsdp.pieces())
+      pieces[p.name].emplace_back(p.start, p.param.grad().clone());
+  });
+  for (auto& [name, parts] : pieces) {
+    std::sort(parts.begin(), parts.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<torch::Tensor> flat;
+    for (const auto& [start, t] : parts) flat.push_back(t);
+    r.grads[name] = torch::cat(flat);
+  }
+  return r;
+}
+
+TEST(Fsdp, OverlappedReductionsEqualBlockingOnes) {
+  // The test communicator runs an overlapped reduce-scatter only when it is waited for: a
+  // gradient read or a buffer reused before that would differ here. Same sums in the same
+  // order: bitwise equal.
+  const ModelConfig cfg = model_config(Scheme::SiameseHybrid, true);
+  torch::manual_seed(3);
+  const torch::Tensor tokens = torch::randint(cfg.vocab_size, {12, 6}, torch::kLong);
+  const torch::Tensor targets = torch::randint(cfg.vocab_size, {12, 6}, torch::kLong);
+  FsdpOptions blocking;
+  blocking.overlap_reduce = false;
+  for (const int world : {2, 3}) {
+    const auto a = accumulated_gradients(cfg, world, 2, false, FsdpOptions{}, tokens, targets);
+    const auto b = accumulated_gradients(cfg, world, 2, false, blocking, tokens, targets);
+    for (const auto& [name, g] : a.grads)
+      EXPECT_TRUE(torch::equal(g, b.grads.at(name))) << name << " W=" << world;
+  }
+}
+
+TEST(Fsdp, ReducingOncePerStepEqualsReducingEveryMicroStep) {
+  // 2 ranks x 3 micro-steps: the gradient of the whole batch either way (fp32 sums in another
+  // order: 1e-5 as above), with one reduce-scatter per unit and step instead of per micro-step.
+  const ModelConfig cfg = model_config(Scheme::PreNorm, false);
+  const int world = 2, micro = 3;
+  torch::manual_seed(3);
+  const torch::Tensor tokens = torch::randint(cfg.vocab_size, {world * micro * 2, 6}, torch::kLong);
+  const torch::Tensor targets = torch::randint(cfg.vocab_size, {world * micro * 2, 6}, torch::kLong);
+  double loss = 0.0;
+  const auto ref = reference_grads(cfg, tokens, targets, &loss);
+  const auto every = accumulated_gradients(cfg, world, micro, false, FsdpOptions{}, tokens, targets);
+  const auto once = accumulated_gradients(cfg, world, micro, true, FsdpOptions{}, tokens, targets);
+  const int units = static_cast<int>(cfg.n_layers) + 1;
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(every.reduce_scatters[r], micro * units);
+    EXPECT_EQ(once.reduce_scatters[r], units);
+  }
+  for (const auto& [name, g] : ref) {
+    EXPECT_TRUE(test::close(every.grads.at(name).view(g.sizes()), g, 1e-5)) << name;
+    EXPECT_TRUE(test::close(once.grads.at(name).view(g.sizes()), g, 1e-5)) << name;
+  }
+}
+
 TEST(Fsdp, TrainingStepsMatchOneProcess) {
   // Three AdamW steps with clipping: the parameters of W = 2 ranks equal one process's.
   const ModelConfig cfg = model_config(Scheme::SiameseHybrid, false);

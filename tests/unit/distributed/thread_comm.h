@@ -54,6 +54,7 @@ class ThreadComm final : public Communicator {
     g_.barrier();
   }
   void reduce_scatter(torch::Tensor& out, const torch::Tensor& in) override {
+    ++reduce_scatters;
     exchange(in);
     out.zero_();
     for (int r = 0; r < world(); ++r)
@@ -75,6 +76,26 @@ class ThreadComm final : public Communicator {
     t.copy_(v);
   }
   void barrier() override { g_.barrier(); }
+  // Runs only in wait(): a caller that reads `out` or changes `in` before completing it gets a
+  // wrong result, as it could from an engine that overlaps. Every rank completes its deferred
+  // collectives in the same order relative to the others, as engines require.
+  std::unique_ptr<Pending> reduce_scatter_async(torch::Tensor& out,
+                                                const torch::Tensor& in) override {
+    struct Deferred final : Pending {
+      Deferred(ThreadComm* c, torch::Tensor o, torch::Tensor i)
+          : comm(c), out(std::move(o)), in(std::move(i)) {}
+      void wait() override {
+        if (done) return;
+        done = true;
+        comm->reduce_scatter(out, in);
+      }
+      ThreadComm* comm;
+      torch::Tensor out, in;
+      bool done = false;
+    };
+    return std::make_unique<Deferred>(this, out, in);
+  }
+  int reduce_scatters = 0;  // reduce-scatters run by this rank
 
  private:
   void exchange(const torch::Tensor& t) {

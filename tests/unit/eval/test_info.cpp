@@ -91,6 +91,17 @@ TEST(Info, MemoryEstimateRespondsToShardingAndCheckpointing) {
   const MemoryEstimate ac = estimate_memory(c.model, plan);
   EXPECT_LT(ac.activations, sharded.activations / 4);
   EXPECT_DOUBLE_EQ(ac.logits, sharded.logits);
+  // Reducing once per step keeps an unsharded fp32 gradient; waiting for each reduce-scatter at
+  // once saves the flat gradient in flight (the largest unit's, 4 bytes per element; here the
+  // root unit: embedding, head and end norms).
+  plan.reduce_per_step = true;
+  EXPECT_DOUBLE_EQ(estimate_memory(c.model, plan).working, ac.working + 4.0 * N);
+  plan.reduce_per_step = false;
+  plan.overlap_reduce = false;
+  const ParamCounts counts = count_parameters(c.model);
+  const double root = static_cast<double>(counts.embedding + counts.head + counts.ends);
+  ASSERT_GT(root, static_cast<double>(counts.per_block[0]));
+  EXPECT_DOUBLE_EQ(ac.working - estimate_memory(c.model, plan).working, 4.0 * root);
   // Two streams keep more than one.
   ModelConfig pre = c.model;
   pre.scheme = Scheme::PreNorm;
