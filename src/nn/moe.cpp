@@ -3,6 +3,17 @@
 #include <torch/torch.h>
 
 namespace normlab {
+namespace {
+
+// One expert's SwiGLU on its rows through ATen's GEMM (BLAS on CPU, cuBLAS on CUDA), not the
+// oneDNN path of fused::linear: a slice's row count changes from step to step, and oneDNN builds
+// a kernel per shape (measured: the MoE step about 3x slower that way, docs/performance-cpu.md).
+torch::Tensor run_expert(MlpImpl& m, const torch::Tensor& rows) {
+  const std::vector<torch::Tensor> vg = torch::linear(rows, m.up->weight).chunk(2, -1);
+  return torch::linear(torch::silu(vg[1]) * vg[0], m.down->weight);
+}
+
+}  // namespace
 
 torch::Tensor dispatch_sorted(const torch::Tensor& x, const torch::Tensor& experts,
                               const torch::Tensor& weights, int64_t n_experts,
@@ -84,7 +95,7 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
 
   const torch::Tensor y =
       dispatch_sorted(rows, r.experts, r.weights, n_experts,
-                      [this](int64_t e, const torch::Tensor& in) { return experts[e](in); });
+                      [this](int64_t e, const torch::Tensor& in) { return run_expert(*experts[e], in); });
   return y.view(x.sizes());
 }
 
