@@ -93,9 +93,9 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
     last.entropy = -(r.probs * r.probs.clamp_min(1e-30).log()).sum(-1).mean();
   }
 
-  const torch::Tensor y =
-      dispatch_sorted(rows, r.experts, r.weights, n_experts,
-                      [this](int64_t e, const torch::Tensor& in) { return run_expert(*experts[e], in); });
+  const torch::Tensor y = dispatch_sorted(
+      rows, r.experts, r.weights, n_experts,
+      [this](int64_t e, const torch::Tensor& in) { return run_expert(*experts[e], in); });
   return y.view(x.sizes());
 }
 
