@@ -38,6 +38,7 @@ set(NORMLAB_SOURCES
   nn/linear.cpp
   nn/loss.cpp
   nn/mlp.cpp
+  nn/moe.cpp
   nn/model.cpp
   nn/model_config.cpp
   nn/norm.cpp

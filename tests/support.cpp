@@ -103,9 +103,9 @@ std::optional<T> optional_field(const nlohmann::json& j, const char* key) {
 
 }  // namespace
 
-Golden load_golden(const std::string& name) {
+Golden load_golden(const std::string& name, const std::string& dir) {
   Golden g;
-  g.content = safetensors_load(data_path("golden/" + name + ".safetensors"));
+  g.content = safetensors_load(data_path(dir + "/" + name + ".safetensors"));
   const auto j = nlohmann::json::parse(g.content.metadata.at("config"));
   ModelConfig& c = g.config;
   c.scheme = enum_from_name<Scheme>(j.at("scheme").get<std::string>(), "scheme");
@@ -134,12 +134,21 @@ Golden load_golden(const std::string& name) {
         enum_from_name<HyperVariant>(j.at("hyper_variant").get<std::string>(), "hyper_variant");
   }
   g.z_loss = j.at("z_loss");
+  if (j.contains("moe_n_experts")) {
+    c.moe.n_experts = j.at("moe_n_experts");
+    c.moe.top_k = j.at("moe_top_k");
+    c.moe.d_expert = j.at("moe_d_expert");
+    c.moe.renormalize = j.at("moe_renormalize");
+    c.moe.every = j.at("moe_every");
+    c.moe.lb_loss_weight = j.at("moe_lb_loss_weight");
+    c.moe.z_loss_weight = j.at("moe_z_loss_weight");
+  }
   return g;
 }
 
-std::vector<std::string> golden_names() {
+std::vector<std::string> golden_names(const std::string& dir) {
   std::vector<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator(data_path("golden")))
+  for (const auto& e : std::filesystem::directory_iterator(data_path(dir)))
     if (e.path().extension() == ".safetensors") names.push_back(e.path().stem().string());
   std::sort(names.begin(), names.end());
   return names;

@@ -47,14 +47,15 @@ double max_rel_error(const torch::Tensor& a, const torch::Tensor& b);
 /// The path of tests/data/<name>.
 std::string data_path(const std::string& name);
 
-/// The golden file tests/data/golden/<name>.safetensors and its config as a ModelConfig.
+/// The golden file tests/data/<dir>/<name>.safetensors and its config as a ModelConfig (the
+/// moe_* keys of the MoE goldens, tests/reference/moe_ref.py, into model.moe).
 struct Golden {
   SafetensorsContent content;
   ModelConfig config;
   double z_loss = 0.0;
 };
-Golden load_golden(const std::string& name);
-std::vector<std::string> golden_names();
+Golden load_golden(const std::string& name, const std::string& dir = "golden");
+std::vector<std::string> golden_names(const std::string& dir = "golden");
 
 /// Deterministic English-like text with some non-ASCII words: `docs` paragraphs separated by
 /// blank lines (the plain-text document format).

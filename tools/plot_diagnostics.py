@@ -12,6 +12,7 @@ Writes into OUT_DIR (each only when the data for it is there):
   gains.png          X-side and Y-side input gains of the shared branches per layer (two-stream)
   logit_lens.png     top-1 agreement of each stream alone with the model, against depth
   pruning.png        loss increase with each block skipped in turn
+  moe_routing.png    MoE models: heat map of each expert's share of each layer's assignments
 Exit codes: 0 written, 2 bad input, 3 matplotlib missing.
 """
 import json
@@ -155,6 +156,25 @@ def main():
         fig.savefig(os.path.join(out, "pruning.png"), dpi=110)
         plt.close(fig)
         written.append("pruning.png")
+
+    # MoE routing: share of each layer's assignments per expert (balanced: 1/E everywhere).
+    with_moe = [d for d in lines if "moe" in d]
+    if with_moe:
+        d = with_moe[-1]
+        share = [m["share"] for m in d["moe"]]
+        E = len(share[0])
+        fig, ax = plt.subplots(figsize=(max(4.0, 0.35 * E + 2.5), max(3.0, 0.35 * len(share) + 1.8)))
+        im = ax.imshow(share, aspect="auto", cmap="viridis", vmin=0.0)
+        ax.set_yticks(range(len(share)), [str(m["layer"]) for m in d["moe"]])
+        ax.set_xlabel("expert")
+        ax.set_ylabel("block")
+        idle = sum(m["idle"] for m in d["moe"])
+        ax.set_title(f"routed share per expert (1/E = {1 / E:.3f}; idle: {idle}; step {d['step']})")
+        fig.colorbar(im, ax=ax)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "moe_routing.png"), dpi=110)
+        plt.close(fig)
+        written.append("moe_routing.png")
 
     print("plots: " + ", ".join(os.path.join(out, w) for w in written))
     return 0

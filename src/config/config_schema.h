@@ -31,6 +31,20 @@ void visit(V& v, HyperOptions& h) {
 }
 
 template <class V>
+void visit(V& v, MoeOptions& m) {
+  v("n_experts", m.n_experts, "experts per MoE layer; 0 = dense MLP in every block");
+  v("top_k", m.top_k, "experts each token is routed to (token choice, dropless)");
+  v("d_expert", m.d_expert, "SwiGLU intermediate width of each expert; 0 = model.d_ff");
+  v("renormalize", m.renormalize,
+    "renormalise the top_k router probabilities to sum to 1 (false: OLMoE, raw softmax weights)");
+  v("every", m.every, "MoE in blocks 0, k, 2k, ... for k = this (1: every block); others dense");
+  v("lb_loss_weight", m.lb_loss_weight,
+    "weight of the load-balancing loss E * sum_e f_e P_e (mean over MoE layers)");
+  v("z_loss_weight", m.z_loss_weight,
+    "weight of the router z-loss mean(logsumexp(router logits)^2) (mean over MoE layers)");
+}
+
+template <class V>
 void visit(V& v, ModelConfig& m) {
   v("scheme", m.scheme, "normalization scheme (docs/schemes.md)");
   v("vocab_size", m.vocab_size, "vocabulary size; the tokenizer's must fit");
@@ -54,6 +68,7 @@ void visit(V& v, ModelConfig& m) {
   v("deep_norm_beta", m.deep_norm_beta, "DeepNorm init scale; null = (8L)^(-1/4)");
   v("mix_ln_post_layers", m.mix_ln_post_layers,
     "Mix-LN: Post-Norm blocks at the bottom; null = floor(L/4)");
+  v.section("moe", m.moe, "Mixture-of-Experts MLP (docs/moe.md); n_experts 0 = dense");
 }
 
 template <class V>

@@ -164,6 +164,14 @@ DiagnosticsReport run_diagnostics(DecoderLMImpl& model, const torch::Tensor& inp
   const torch::Tensor logits = torch::matmul(z, model.head_weight().t());
   const torch::Tensor loss = ce(logits, targets);
   r.loss = loss.item<double>();
+  for (const auto& [layer, moe] : model.moe) {  // the routing of this forward (moe.h)
+    const torch::Tensor c = moe->last.counts.to(torch::kCPU, torch::kDouble);
+    const torch::Tensor share = c / c.sum();
+    r.routing.push_back(
+        {layer,
+         std::vector<double>(share.data_ptr<double>(), share.data_ptr<double>() + share.numel()),
+         moe->last.entropy.item<double>(), c.eq(0).sum().item<int64_t>()});
+  }
   const bool twin = !ys.empty();
   StreamList streams = {{"x", &xs}};
   if (twin) streams.push_back({"y", &ys});
@@ -242,6 +250,12 @@ std::string diagnostics_json(const DiagnosticsReport& r) {
   if (r.pruning_base) {
     j["pruning_base"] = *r.pruning_base;
     j["pruning"] = r.pruning;
+  }
+  if (!r.routing.empty()) {
+    j["moe"] = json::array();
+    for (const auto& m : r.routing)
+      j["moe"].push_back(
+          {{"layer", m.layer}, {"share", m.share}, {"entropy", m.entropy}, {"idle", m.idle}});
   }
   return j.dump();
 }

@@ -34,6 +34,12 @@ ParamCounts count_parameters(const ModelConfig& cfg) {
     else
       c.ends += n;
   }
+  c.active = c.total;
+  for (const auto& [layer, moe] : model->moe) {
+    int64_t expert = 0;
+    for (const auto& p : moe->experts.at(0)->parameters()) expert += p.numel();
+    c.active -= (moe->n_experts - moe->top_k) * expert;
+  }
   ModelConfig base = cfg;
   base.scheme = scheme_base(cfg.scheme);
   c.base = base.scheme;
@@ -44,7 +50,7 @@ ParamCounts count_parameters(const ModelConfig& cfg) {
 double flops_per_token(const ModelConfig& cfg, int64_t seq_len) {
   const ParamCounts c = count_parameters(cfg);
   // Tied: the embedding matrix is the head's matmul; untied: the lookup costs no FLOPs.
-  const double n = static_cast<double>(cfg.tie_embeddings ? c.total : c.total - c.embedding);
+  const double n = static_cast<double>(cfg.tie_embeddings ? c.active : c.active - c.embedding);
   return 6.0 * n + 6.0 * static_cast<double>(cfg.n_layers * cfg.n_heads * cfg.head_dim() *
                                              seq_len);  // causal: half
 }
@@ -97,7 +103,17 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const MemoryPlan& plan) {
   const double qkv_rows = (H + 2 * Hk) * D;
   const double attn = act_bytes * (d + qkv_rows + (H + Hk) * D + d) +
                       (cfg.uses_qkv_norm() ? 4.0 * qkv_rows : 0.0) + 4.0 * H;
-  const double mlp = act_bytes * (d + 2 * dff + 2 * dff);
+  double mlp = act_bytes * (d + 2 * dff + 2 * dff);
+  if (cfg.moe.enabled()) {  // MoE layers: each token's top_k rows (gathered input, expert
+    // intermediates, weighted output) and the fp32 router logits and probabilities
+    const double k = static_cast<double>(cfg.moe.top_k),
+                 de = static_cast<double>(cfg.expert_width());
+    const double moe =
+        act_bytes * (d + k * (d + 4 * de + d)) + 8.0 * static_cast<double>(cfg.moe.n_experts);
+    const double n_moe = static_cast<double>(model->moe.size());
+    mlp = (n_moe * moe + (static_cast<double>(cfg.n_layers) - n_moe) * mlp) /
+          static_cast<double>(cfg.n_layers);
+  }
   const double per_layer_token = 4.0 * d * vectors + attn + mlp + hc;
   const double tokens = static_cast<double>(plan.micro_batch * plan.seq_len);
   const double L = static_cast<double>(cfg.n_layers);

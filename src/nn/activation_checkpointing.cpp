@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "normlab/nn/autocast.h"
+#include "normlab/nn/moe.h"
 
 namespace normlab {
 namespace {
@@ -18,6 +19,10 @@ struct ActivationCheckpointFunction : torch::autograd::Function<ActivationCheckp
     const Streams out = b->forward({ins[0], ins.size() > 1 ? ins[1] : torch::Tensor()});
     torch::autograd::variable_list outs{out.x};
     if (out.y.defined()) outs.push_back(out.y);
+    for (MoeImpl* m : moe_layers(*b)) {  // the routers' aux losses, as outputs with gradients
+      outs.push_back(m->last.lb);
+      outs.push_back(m->last.z);
+    }
     return outs;
   }
 
@@ -32,8 +37,13 @@ struct ActivationCheckpointFunction : torch::autograd::Function<ActivationCheckp
       torch::AutoGradMode grad_on(true);
       AutocastGuard autocast(ctx->saved_data["autocast"].toBool());
       const Streams out = b->forward({ins[0], ins.size() > 1 ? ins[1] : torch::Tensor()});
-      const torch::Tensor o[2] = {out.x, out.y};
-      for (size_t i = 0; i < grads.size() && i < 2; ++i)
+      std::vector<torch::Tensor> o{out.x};
+      if (out.y.defined()) o.push_back(out.y);
+      for (MoeImpl* m : moe_layers(*b)) {
+        o.push_back(m->last.lb);
+        o.push_back(m->last.z);
+      }
+      for (size_t i = 0; i < grads.size() && i < o.size(); ++i)
         if (o[i].defined() && o[i].requires_grad() && grads[i].defined()) {
           outs.push_back(o[i]);
           gs.push_back(grads[i]);
@@ -55,7 +65,16 @@ Streams activation_checkpointed_forward(SchemeBlockImpl& block, const Streams& i
   if (in.y.defined()) ins.push_back(in.y);
   const auto outs = ActivationCheckpointFunction::apply(
       at::TensorList(ins), static_cast<int64_t>(reinterpret_cast<intptr_t>(&block)));
-  return {outs[0], outs.size() > 1 ? outs[1] : torch::Tensor()};
+  // The MoE layers' aux losses were computed without gradients inside the function: theirs are
+  // its extra outputs, after the streams, two per layer.
+  const std::vector<MoeImpl*> layers = moe_layers(block);
+  const size_t streams = outs.size() - 2 * layers.size();
+  size_t i = streams;
+  for (MoeImpl* m : layers) {
+    m->last.lb = outs[i++];
+    m->last.z = outs[i++];
+  }
+  return {outs[0], streams > 1 ? outs[1] : torch::Tensor()};
 }
 
 }  // namespace normlab

@@ -236,8 +236,10 @@ bool onednn_linear_available() {
 
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight) {
 #if NORMLAB_HAVE_ONEDNN_MATMUL
+  // Empty inputs take ATen's path, whose weight gradient is zero; the oneDNN kernel leaves it
+  // unwritten (Fused.LinearOfNoRowsHasAZeroWeightGradient).
   if (x.is_cpu() && x.scalar_type() == torch::kFloat && weight.scalar_type() == torch::kFloat &&
-      weight.is_cpu() && onednn_linear_available())
+      weight.is_cpu() && x.numel() > 0 && onednn_linear_available())
     return LinearFn::apply(x, weight);
 #endif
   return torch::linear(x, weight);

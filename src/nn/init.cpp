@@ -52,4 +52,17 @@ void init_branches(const ModelConfig& cfg, int64_t layer, AttentionImpl& attn, M
   trunc_normal_(mlp.down->weight, s.mlp_down);
 }
 
+void init_branches(const ModelConfig& cfg, int64_t layer, AttentionImpl& attn, MoeImpl& moe) {
+  ModelConfig expert_cfg = cfg;
+  expert_cfg.d_ff = cfg.expert_width();
+  const BranchStds s = branch_stds(expert_cfg, layer);
+  trunc_normal_(attn.qkv->weight, s.qkv);
+  trunc_normal_(attn.out->weight, s.attn_out);
+  trunc_normal_(moe.router->weight, s.mlp_up);
+  for (auto& e : moe.experts) {
+    trunc_normal_(e->up->weight, s.mlp_up);
+    trunc_normal_(e->down->weight, s.mlp_down);
+  }
+}
+
 }  // namespace normlab

@@ -17,6 +17,8 @@ DecoderLMImpl::DecoderLMImpl(const ModelConfig& cfg, torch::Device device) : con
   parts_ = build_scheme(cfg, *this, device);  // registers the scheme's end norms on *this
   scheme_blocks = std::move(parts_.blocks);
   for (const auto& b : scheme_blocks) blocks->push_back(b);
+  for (size_t l = 0; l < scheme_blocks.size(); ++l)
+    for (MoeImpl* m : moe_layers(*scheme_blocks[l])) moe.emplace_back(static_cast<int64_t>(l), m);
 
   if (!cfg.tie_embeddings) {
     head = register_module("head", Linear(cfg.d_model, cfg.vocab_size, device));
@@ -73,6 +75,7 @@ LossOutput DecoderLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor&
     out.loss = c.loss;
     out.ce = c.ce;
     out.z = c.z;
+    add_moe_losses(out);
     return out;
   }
   out.logits = forward(tokens, probe);
@@ -85,7 +88,23 @@ LossOutput DecoderLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor&
     out.z = torch::logsumexp(logits32, /*dim=*/-1).pow(2).mean();
     out.loss = out.ce + z_loss * out.z;
   }
+  add_moe_losses(out);
   return out;
+}
+
+// The aux losses of the forward just run (each MoE layer keeps its router's, moe.h), averaged
+// over the MoE layers.
+void DecoderLMImpl::add_moe_losses(LossOutput& out) const {
+  if (moe.empty()) return;
+  for (const auto& [layer, m] : moe) {
+    out.lb = out.lb.defined() ? out.lb + m->last.lb : m->last.lb;
+    out.router_z = out.router_z.defined() ? out.router_z + m->last.z : m->last.z;
+  }
+  const double n = static_cast<double>(moe.size());
+  out.lb = out.lb / n;
+  out.router_z = out.router_z / n;
+  out.loss =
+      out.loss + config.moe.lb_loss_weight * out.lb + config.moe.z_loss_weight * out.router_z;
 }
 
 }  // namespace normlab

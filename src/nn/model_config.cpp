@@ -29,6 +29,21 @@ void require_model(bool ok, const char* key, const T& value, const std::string& 
   throw ConfigError(msg.str());
 }
 
+void validate_moe(const ModelConfig& c) {
+  const MoeOptions& m = c.moe;
+  require_model(m.n_experts >= 0, "moe.n_experts", m.n_experts, "must be 0 (dense) or positive");
+  if (!m.enabled()) return;
+  require_model(m.top_k >= 1 && m.top_k <= m.n_experts, "moe.top_k", m.top_k,
+                "must lie in [1, model.moe.n_experts (" + std::to_string(m.n_experts) + ")]");
+  require_model(m.d_expert >= 0, "moe.d_expert", m.d_expert,
+                "must be 0 (= model.d_ff) or positive");
+  require_model(m.every >= 1, "moe.every", m.every, "must be positive (1 = every block)");
+  require_model(std::isfinite(m.lb_loss_weight) && m.lb_loss_weight >= 0, "moe.lb_loss_weight",
+                m.lb_loss_weight, "must be >= 0");
+  require_model(std::isfinite(m.z_loss_weight) && m.z_loss_weight >= 0, "moe.z_loss_weight",
+                m.z_loss_weight, "must be >= 0");
+}
+
 }  // namespace
 
 void validate(const ModelConfig& c) {
@@ -58,6 +73,7 @@ void validate(const ModelConfig& c) {
   if (c.mix_ln_post_layers)
     require_model(*c.mix_ln_post_layers >= 0 && *c.mix_ln_post_layers <= c.n_layers,
                   "mix_ln_post_layers", *c.mix_ln_post_layers, "must lie in [0, model.n_layers]");
+  validate_moe(c);
 }
 
 }  // namespace normlab

@@ -70,6 +70,9 @@ void olmo_check_config(const ModelConfig& cfg) {
     throw ConfigError(
         "model.tie_embeddings = true: the official SiameseNorm code's hybrid-pre model has an "
         "untied head (transformer.ff_out.weight)");
+  if (cfg.moe.enabled())
+    throw ConfigError("model.moe.n_experts = " + std::to_string(cfg.moe.n_experts) +
+                      ": the official SiameseNorm code's checkpoints hold dense models only");
 }
 
 std::string olmo_name(const std::string& name) {

@@ -44,10 +44,12 @@ EvalResult combine(EvalResult r, Communicator& comm) {
 }  // namespace
 
 // The micro-batches of step s, gradients accumulated with weight 1/micro-steps; returns the
-// mean cross-entropy over the global batch (over every rank).
-double Trainer::Impl::accumulate(int64_t s) {
+// mean cross-entropy over the global batch (over every rank), and sets m's MoE aux losses.
+double Trainer::Impl::accumulate(int64_t s, StepMetrics& m_out) {
   torch::Tensor loss_sum =
       torch::zeros({}, torch::TensorOptions().device(device).dtype(torch::kDouble));
+  torch::Tensor aux_sum = torch::zeros({3}, loss_sum.options());  // MoE: lb, router z, entropy
+  torch::Tensor routed;  // MoE: (layers, E) assignments of the step
   const double scale = 1.0 / static_cast<double>(loader->micro_steps());
   note_data_epochs(s);
   for (int64_t m = 0; m < loader->micro_steps(); ++m) {
@@ -59,6 +61,19 @@ double Trainer::Impl::accumulate(int64_t s) {
                         b.targets.to(device, /*non_blocking=*/true), cfg.train.z_loss, nullptr,
                         cfg.train.loss_chunk_rows);
     }
+    if (out.lb.defined()) {  // read before backward (a checkpointed block recomputes them)
+      std::vector<torch::Tensor> counts, entropy;
+      for (const auto& [layer, moe] : model->moe) {
+        counts.push_back(moe->last.counts);
+        entropy.push_back(moe->last.entropy);
+      }
+      aux_sum.add_(torch::stack({out.lb.detach(), out.router_z.detach(),
+                                 torch::stack(entropy).mean().to(out.lb.scalar_type())})
+                       .to(torch::kDouble),
+                   scale);
+      const torch::Tensor c = torch::stack(counts).to(torch::kDouble);
+      routed = routed.defined() ? routed + c : c;
+    }
     // distributed.reduce per_step: the gradient is reduced over ranks in the last micro-step.
     if (fsdp)
       fsdp->set_gradient_sync(cfg.distributed.reduce == GradientReduce::PerMicroStep ||
@@ -66,6 +81,19 @@ double Trainer::Impl::accumulate(int64_t s) {
     (out.loss * scale).backward();
     if (fsdp) fsdp->finish_backward();
     loss_sum.add_(out.ce.detach().to(torch::kDouble), scale);
+  }
+  if (routed.defined()) {
+    torch::Tensor aux = torch::cat({aux_sum, routed.reshape({-1})}).to(torch::kCPU);
+    if (sharded) {
+      comm.all_reduce(aux, ReduceOp::Sum);
+      aux.narrow(0, 0, 3).div_(static_cast<double>(world));
+    }
+    m_out.moe_lb = aux[0].item<double>();
+    m_out.moe_router_z = aux[1].item<double>();
+    m_out.moe_router_entropy = aux[2].item<double>();
+    const torch::Tensor r = aux.narrow(0, 3, routed.numel()).view(routed.sizes());
+    m_out.moe_idle_experts = (r == 0).sum().item<int64_t>();
+    m_out.moe_max_expert_share = (r / r.sum(1, /*keepdim=*/true)).max().item<double>();
   }
   return sharded ? comm.sum(loss_sum.item<double>()) / static_cast<double>(world)
                  : loss_sum.item<double>();
@@ -79,7 +107,7 @@ StepMetrics Trainer::Impl::step() {
   m.lr = lr_at(cfg.scheduler, cfg.optimizer.lr, s, cfg.train.steps);
   model->zero_grad(/*set_to_none=*/true);
   if (fsdp) fsdp->zero_grad();
-  m.loss = accumulate(s);
+  m.loss = accumulate(s, m);
   m.grad_norm = fsdp ? fsdp->clip_grad_norm(cfg.optimizer.grad_clip)
                      : clip_grad_norm(params, cfg.optimizer.grad_clip);
   m.finite = std::isfinite(m.loss) && std::isfinite(m.grad_norm);
@@ -175,6 +203,13 @@ RunSummary Trainer::Impl::run() {
                            {"lr", m.lr},
                            {"loss", finite_or_null(m.loss)},
                            {"grad_norm", finite_or_null(m.grad_norm)}};
+    if (!model->moe.empty()) {  // MoE: the aux losses, unweighted, beside the cross-entropy
+      line["moe_lb_loss"] = finite_or_null(m.moe_lb);
+      line["moe_router_z_loss"] = finite_or_null(m.moe_router_z);
+      line["moe_router_entropy"] = finite_or_null(m.moe_router_entropy);
+      line["moe_max_expert_share"] = m.moe_max_expert_share;
+      line["moe_idle_experts"] = m.moe_idle_experts;
+    }
     if (!m.finite && !m.skipped) {
       line["diverged"] = true;
       write_metrics(line);

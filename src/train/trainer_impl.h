@@ -61,7 +61,7 @@ struct Trainer::Impl {
   void describe();
 
   StepMetrics step();
-  double accumulate(int64_t s);
+  double accumulate(int64_t s, StepMetrics& m);
   EvalReport evaluate();
   void add_evaluation(int64_t step, nlohmann::json& line);
   void diagnose(int64_t completed, nlohmann::json& line);

@@ -1,6 +1,7 @@
 // The trainer's outputs besides checkpoints: metrics.jsonl (one line per step), diagnostics.jsonl,
 // the TensorBoard events, and the log's progress, evaluation and FSDP memory lines. Only rank 0
 // writes the run folder's files.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -56,7 +57,7 @@ std::vector<Scalar> metrics_scalars(const nlohmann::json& line) {
 // The diagnostics as TensorBoard scalars, one tag per layer: diagnostics/<what>_<stream>/entry
 // and .../block_NN for the stream norms, stream gradients and logit lens;
 // diagnostics/<attn|mlp>_grad/block_NN; diagnostics/gain_ratio_<branch>/block_NN and
-// diagnostics/gain_ratio_final.
+// diagnostics/gain_ratio_final; MoE: diagnostics/moe_<max_share|entropy|idle>/block_NN.
 std::vector<Scalar> diagnostics_scalars(const DiagnosticsReport& d) {
   std::vector<Scalar> out;
   const auto layer_name = [](int64_t layer) {
@@ -84,6 +85,12 @@ std::vector<Scalar> diagnostics_scalars(const DiagnosticsReport& d) {
     out.emplace_back(g.layer < 0 ? "diagnostics/gain_ratio_final"
                                  : "diagnostics/gain_ratio_" + g.branch + "/" + layer_name(g.layer),
                      g.ratio);
+  for (const RoutedShare& m : d.routing) {
+    out.emplace_back("diagnostics/moe_max_share/" + layer_name(m.layer),
+                     *std::max_element(m.share.begin(), m.share.end()));
+    out.emplace_back("diagnostics/moe_entropy/" + layer_name(m.layer), m.entropy);
+    out.emplace_back("diagnostics/moe_idle/" + layer_name(m.layer), static_cast<double>(m.idle));
+  }
   return out;
 }
 

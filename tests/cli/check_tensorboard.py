@@ -66,6 +66,11 @@ def expected_points(run):
                     tag = ("diagnostics/gain_ratio_final" if g["layer"] < 0 else
                            "diagnostics/gain_ratio_%s/%s" % (g["branch"], layer_name(g["layer"] + 1)))
                     want[(tag, j["step"])] = g["ratio"]
+                for m in j.get("moe", []):  # Mixture-of-Experts layers
+                    block = layer_name(m["layer"] + 1)
+                    want[("diagnostics/moe_max_share/" + block, j["step"])] = max(m["share"])
+                    want[("diagnostics/moe_entropy/" + block, j["step"])] = m["entropy"]
+                    want[("diagnostics/moe_idle/" + block, j["step"])] = m["idle"]
     return want
 
 

@@ -17,7 +17,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
 # name | overrides: every scheme, and the switches (GQA, q/k/v norms, LayerNorm, tied
-# embeddings, DeepNorm alpha/beta, the Mix-LN split, SiameseNorm's three switches)
+# embeddings, DeepNorm alpha/beta, the Mix-LN split, SiameseNorm's three switches, MoE MLPs)
 cases=(
   "pre_norm|model.scheme=pre_norm model.n_kv_heads=2"
   "pre_norm_tied_ln_qkv|model.scheme=pre_norm model.tie_embeddings=true model.norm_type=layernorm model.qkv_norm=true"
@@ -32,6 +32,8 @@ cases=(
   "siamese_switches|model.scheme=siamese model.siamese.depth_scale=false model.siamese.input_norm=false model.siamese.output_fusion=paper model.tie_embeddings=true"
   "siamese_hybrid|model.scheme=siamese_hybrid"
   "siamese_hybrid_switches|model.scheme=siamese_hybrid model.siamese.input_norm=false model.siamese.output_fusion=paper model.n_kv_heads=1"
+  "moe_pre_norm|model.scheme=pre_norm model.moe.n_experts=4 model.moe.top_k=2 model.moe.d_expert=32"
+  "moe_siamese_hybrid|model.scheme=siamese_hybrid model.moe.n_experts=4 model.moe.top_k=1 model.moe.renormalize=true model.moe.every=2"
 )
 prompt="And God said unto Moses, "
 dirs=()

@@ -5,7 +5,8 @@
 # and finishes; its events files, read back by TensorBoard's own readers
 # (tests/cli/check_tensorboard.py), hold every number of metrics.jsonl and diagnostics.jsonl
 # once at float precision, none of the abandoned steps twice. A two-point sweep writes one
-# TensorBoard run per point. Skipped (77) without tensorboard in PYTHON.
+# TensorBoard run per point. A Mixture-of-Experts run's aux losses and routing numbers are there
+# too. Skipped (77) without tensorboard in PYTHON.
 # Usage: tensorboard.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
 set -euo pipefail
 normlab=$1 src=$2 kjv=$3 python=$4 work=$5
@@ -52,4 +53,13 @@ grep -q "train/lr step 9" "$work/changed.out" || { cat "$work/changed.out"; fail
 points=("$work"/sweep/runs/*)
 [ "${#points[@]}" -eq 2 ] || fail "expected two sweep points"
 "$python" "$check" "${points[@]}" || fail "a sweep point's events disagree with its metrics"
+
+# A Mixture-of-Experts run: its aux losses and routing numbers (metrics and diagnostics) too.
+"$normlab" train --config "$src/configs/moe/tiny.yaml" --set "data.train=$kjv/shards" \
+  --set "data.tokenizer=$kjv/tokenizer.model" --set train.steps=4 --set diagnostics.every=2 \
+  --set checkpoint.at_end=false --set logging.tensorboard=true --out "$work/moe" > "$work/moe.out" 2>&1 \
+  || { cat "$work/moe.out"; fail "MoE run"; }
+grep -q '"moe_lb_loss"' "$work/moe/metrics.jsonl" && grep -q '"moe":' "$work/moe/diagnostics.jsonl" \
+  || fail "the MoE run logged no aux losses or routing"
+"$python" "$check" "$work/moe" || fail "the MoE run's events disagree with its JSONL files"
 echo "PASS"

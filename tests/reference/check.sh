@@ -9,11 +9,17 @@
 #                                                     factor 1 + 1e-3): every LayerNorm golden
 #                                                     must fail by orders of magnitude
 #   check.sh self_check SOURCE_DIR WORK_DIR [PYTHON]   self_check.py on tests/data/golden
+#   check.sh moe_regenerate SOURCE_DIR WORK_DIR [PYTHON]  moe_ref.py into WORK_DIR/golden_moe,
+#                                                     compared with tests/data/golden_moe
+#   check.sh moe_mutant SOURCE_DIR WORK_DIR [PYTHON]   the same with the load-balancing loss's
+#                                                     factor E changed to E + 1e-3 in a copy of
+#                                                     moe_ref.py: every file must fail by orders
+#                                                     of magnitude
 # Exits 77 (Skipped) when PYTHON is absent or lacks torch, numpy or safetensors; prints PASS.
 set -uo pipefail
 mode=${1:-} src=${2:-} work=${3:-} python=${4:-}
 if [ -z "$mode" ] || [ -z "$src" ] || [ -z "$work" ]; then
-  echo "usage: check.sh regenerate|mutant|self_check SOURCE_DIR WORK_DIR [PYTHON]" >&2
+  echo "usage: check.sh regenerate|mutant|self_check|moe_regenerate|moe_mutant SOURCE_DIR WORK_DIR [PYTHON]" >&2
   exit 2
 fi
 if [ -z "$python" ] || ! "$python" -c "import torch, numpy, safetensors" >/dev/null 2>&1; then
@@ -60,6 +66,32 @@ PY
     grep -v '^\[PASS\]' "$work/self_check.log"
     [ $rc -eq 0 ] || { echo "FAIL: self_check.py exited $rc (full log: $work/self_check.log)"; exit 1; }
     echo "reference self check: $(grep -c '^\[PASS\]' "$work/self_check.log") checks: PASS"
+    ;;
+  moe_regenerate)
+    rm -rf "$work" && mkdir -p "$work/golden_moe" || exit 1
+    "$python" "$src/tests/reference/moe_ref.py" --out "$work/golden_moe" >"$work/moe_ref.log" 2>&1 \
+      || { cat "$work/moe_ref.log"; echo "FAIL: moe_ref.py failed"; exit 1; }
+    "$python" "$src/tests/reference/compare_goldens.py" "$work/golden_moe" "$src/tests/data/golden_moe" \
+      || { echo "FAIL: (after an intended change, regenerate with: python tests/reference/moe_ref.py --out tests/data/golden_moe)"; exit 1; }
+    echo "golden moe regenerate: $(ls "$src/tests/data/golden_moe" | wc -l) files within bounds: PASS"
+    ;;
+  moe_mutant)
+    rm -rf "$work" && mkdir -p "$work/ref" "$work/golden_moe" && cp "$src"/tests/reference/*.py "$work/ref/" || exit 1
+    "$python" - "$work/ref/moe_ref.py" <<'PY' || exit 1
+import sys
+path = sys.argv[1]
+text = open(path).read()
+line = "lb = E * (f * p.mean(dim=0)).sum()"
+if text.count(line) != 1:
+    sys.exit(f"FAIL: the mutation site '{line}' is not in moe_ref.py once")
+open(path, "w").write(text.replace(line, "lb = (E + 1e-3) * (f * p.mean(dim=0)).sum()"))
+PY
+    "$python" "$work/ref/moe_ref.py" --out "$work/golden_moe" >"$work/moe_ref.log" 2>&1 \
+      || { cat "$work/moe_ref.log"; echo "FAIL: moe_ref.py failed"; exit 1; }
+    echo -n "load balance E -> E + 1e-3: "
+    "$python" "$work/ref/compare_goldens.py" "$work/golden_moe" "$src/tests/data/golden_moe" --expect-fail 1e3 \
+      || { echo "FAIL: the mutant is not caught by orders of magnitude"; exit 1; }
+    echo "golden moe mutant: caught: PASS"
     ;;
   *) echo "check.sh: unknown mode '$mode'" >&2; exit 2 ;;
 esac

@@ -77,6 +77,9 @@ def recompute(committed, cfg):
     sys.path.insert(0, HERE)
     import normlab_ref as ref
     params = {k[len("param."):]: t for k, t in committed.items() if k.startswith("param.")}
+    if cfg.get("moe_n_experts"):  # the MoE goldens (moe_ref.py)
+        import moe_ref
+        return {k: v.double() for k, v in moe_ref.outputs(params, cfg, committed["tokens"]).items()}
     logits, loss, grads = ref.logits_loss_grads(params, cfg, committed["tokens"])
     out = {"logits": logits.double(), "loss": loss.double().reshape(())}
     out.update({f"grad.{n}": g.double() for n, g in grads.items()})

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """src/train/hf/modeling_normlab.py (the model of `normlab export --format hf`) against the
-independent reference (normlab_ref.py) in float64, for every scheme and switch, on the
-reference's own random weights: the logits agree to 1e-12 relative, and a batch with left and
-right padding (attention_mask) gives each sequence its unpadded logits.
+independent reference (normlab_ref.py; moe_ref.py for the Mixture-of-Experts cases) in float64,
+for every scheme and switch, on the reference's own random weights: the logits agree to 1e-12
+relative, and a batch with left and right padding (attention_mask) gives each sequence its
+unpadded logits.
 
 Usage: hf_model_check.py   (prints PASS; exits 1 on a difference, 77 without transformers)
 """
@@ -20,6 +21,7 @@ except ImportError as e:
     print(f"SKIP: {e}")
     sys.exit(77)
 import normlab_ref as R  # noqa: E402
+import moe_ref  # noqa: E402
 
 TOL = 1e-12
 CASES = [(s, {}) for s in R.SCHEMES] + [
@@ -30,6 +32,10 @@ CASES = [(s, {}) for s in R.SCHEMES] + [
     ("deep_norm", dict(deep_norm_alpha=1.7)),
     ("mix_ln", dict(mix_ln_post_layers=3)),
     ("resi_dual", dict(qkv_norm=True, norm_type="layernorm")),
+    # Mixture-of-Experts MLPs (moe_ref.py)
+    ("pre_norm", dict(moe_n_experts=4, moe_top_k=2)),
+    ("siamese_hybrid", dict(moe_n_experts=4, moe_top_k=1, moe_renormalize=True)),
+    ("deep_norm", dict(moe_n_experts=3, moe_top_k=2, moe_every=2, moe_d_expert=20)),
 ]
 
 
@@ -41,7 +47,8 @@ def hf_model(cfg, params):
         norm_type=cfg["norm_type"], qkv_norm=cfg["qkv_norm"], tie_embeddings=cfg["tie_embeddings"],
         siamese=dict(depth_scale=cfg["siamese_depth_scale"], input_norm=cfg["siamese_input_norm"],
                      output_fusion=cfg["siamese_output_fusion"]),
-        deep_norm_alpha=cfg["deep_norm_alpha"], mix_ln_post_layers=cfg["mix_ln_post_layers"])
+        deep_norm_alpha=cfg["deep_norm_alpha"], mix_ln_post_layers=cfg["mix_ln_post_layers"],
+        moe={k[4:]: v for k, v in cfg.items() if k.startswith("moe_")})
     model = NormlabForCausalLM(hc).double()
     # the export's names: "model." + normlab's, the untied head as lm_head
     weights = {("lm_head.weight" if n == "head.weight" else "model." + n): t for n, t in params.items()}
@@ -54,11 +61,13 @@ def hf_model(cfg, params):
 def main():
     bad = 0
     for scheme, overrides in CASES:
-        cfg = R.make_config(scheme, **overrides)
-        params = R.init_params(cfg, seed=1, dtype=torch.float64)
+        moe = any(k.startswith("moe_") for k in overrides)
+        cfg = (moe_ref if moe else R).make_config(scheme, **overrides)
+        params = (moe_ref if moe else R).init_params(cfg, seed=1, dtype=torch.float64)
         model = hf_model(cfg, params)
         tokens = torch.randint(0, cfg["vocab_size"], (2, 10), generator=torch.Generator().manual_seed(0))
-        ref, _ = R.model_forward(params, cfg, tokens)  # logits of tokens[:, :-1]
+        # logits of tokens[:, :-1]
+        ref = moe_ref.model_forward(params, cfg, tokens)[0] if moe else R.model_forward(params, cfg, tokens)[0]
         scale = ref.abs().max()
         with torch.no_grad():
             out = model(tokens[:, :-1]).logits

@@ -4,6 +4,11 @@ F.scaled_dot_product_attention, F.rms_norm, torch.optim.AdamW with its defaults,
 accumulation, clipping, the same cosine schedule), on the same token shards.
 
 Usage: torch_train.py SHARD.bin SCHEME D_MODEL N_LAYERS N_HEADS D_FF VOCAB SEQ MICRO GLOBAL STEPS THREADS
+                      [N_EXPERTS TOP_K D_EXPERT LB_WEIGHT Z_WEIGHT]
+With N_EXPERTS > 0 every block's MLP is a Mixture-of-Experts (tools/bench/moe_bench.sh): the
+router's softmax and top-k, the tokens sorted by expert and a loop over the experts on their
+slices, the outputs scattered back with their weights; the load-balancing loss and router
+z-loss are added with their weights (docs/moe.md).
 Prints "step <seconds>" per step and "loss <last loss>".
 """
 import math
@@ -64,14 +69,43 @@ class Mlp(nn.Module):
         return self.down(F.silu(g) * v)
 
 
+class MoeMlp(nn.Module):
+    """Token-choice, dropless MoE of SwiGLU experts, as a PyTorch user writes it: sort the
+    (token, expert) assignments by expert, loop over the experts on their contiguous slices."""
+
+    def __init__(self, d, n_experts, top_k, d_expert, aux):
+        super().__init__()
+        self.router = nn.Linear(d, n_experts, bias=False)
+        self.experts = nn.ModuleList(Mlp(d, d_expert) for _ in range(n_experts))
+        self.k, self.aux = top_k, aux
+
+    def forward(self, x):
+        h = x.reshape(-1, x.shape[-1])
+        logits = self.router(h).float()
+        p = logits.softmax(-1)
+        w, e = p.topk(self.k, dim=-1)
+        flat = e.reshape(-1)
+        order = flat.argsort(stable=True)
+        token = order // self.k
+        counts = torch.bincount(flat, minlength=len(self.experts)).tolist()
+        rows = h[token]
+        outs = [expert(part) for expert, part in zip(self.experts, rows.split(counts))]
+        ys = torch.cat(outs) * w.reshape(-1)[order].unsqueeze(-1).to(h.dtype)
+        y = torch.zeros_like(h).index_add(0, token, ys)
+        f = torch.tensor(counts, dtype=p.dtype) / flat.numel()
+        self.aux.append((len(self.experts) * (f * p.mean(0)).sum(), logits.logsumexp(-1).pow(2).mean()))
+        return y.view_as(x)
+
+
 class Block(nn.Module):
     """One block of any scheme; forward follows the update rules of docs/paper.md."""
 
-    def __init__(self, scheme, d, h, d_ff, layer, n_layers):
+    def __init__(self, scheme, d, h, d_ff, layer, n_layers, moe=None):
         super().__init__()
         self.scheme = scheme
         hybrid = scheme in ("hybrid_norm", "hybrid_norm_star", "siamese_hybrid")
-        self.attn, self.mlp = Attention(d, h, hybrid), Mlp(d, d_ff)
+        self.attn = Attention(d, h, hybrid)
+        self.mlp = MoeMlp(d, *moe) if moe else Mlp(d, d_ff)
         self.c = math.sqrt(2 * (layer + 1))
         self.alpha = (2 * n_layers) ** 0.25
         self.pre = scheme in ("pre_norm", "peri_norm") or (scheme == "hybrid_norm_star" and layer == 0) or (
@@ -127,11 +161,13 @@ class Block(nn.Module):
 
 
 class LM(nn.Module):
-    def __init__(self, scheme, vocab, d, n_layers, h, d_ff):
+    def __init__(self, scheme, vocab, d, n_layers, h, d_ff, moe=None):
         super().__init__()
         self.scheme, self.hd = scheme, d // h
         self.embed = nn.Embedding(vocab, d)
-        self.blocks = nn.ModuleList(Block(scheme, d, h, d_ff, l, n_layers) for l in range(n_layers))
+        self.aux, self.aux_weights = [], moe[3:] if moe else None
+        moe_args = (*moe[:3], self.aux) if moe else None
+        self.blocks = nn.ModuleList(Block(scheme, d, h, d_ff, l, n_layers, moe_args) for l in range(n_layers))
         self.head = nn.Linear(d, vocab, bias=False)
         two = scheme in ("siamese", "siamese_hybrid")
         self.final = nn.ModuleDict({k: Norm(d) for k in (["x", "y", "z"] if two else ["y"] if scheme == "resi_dual"
@@ -157,16 +193,25 @@ class LM(nn.Module):
         else:
             z = x
         logits = self.head(z)
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+        if self.aux:
+            lb = torch.stack([a[0] for a in self.aux]).mean()
+            rz = torch.stack([a[1] for a in self.aux]).mean()
+            loss = loss + self.aux_weights[0] * lb + self.aux_weights[1] * rz
+            self.aux.clear()
+        return loss
 
 
 def main():
     shard, scheme = sys.argv[1], sys.argv[2]
     d, L, h, d_ff, vocab, T, micro, glob, steps, threads = map(int, sys.argv[3:13])
+    moe = None
+    if len(sys.argv) > 13 and int(sys.argv[13]) > 0:
+        moe = (int(sys.argv[13]), int(sys.argv[14]), int(sys.argv[15]), float(sys.argv[16]), float(sys.argv[17]))
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     tokens = np.memmap(shard, dtype=np.uint16, mode="r", offset=64)
-    model = LM(scheme, vocab, d, L, h, d_ff)
+    model = LM(scheme, vocab, d, L, h, d_ff, moe)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],

@@ -50,6 +50,17 @@ void print_table(const DiagnosticsReport& r, int64_t n_layers) {
   for (const auto& g : r.gains)
     if (g.layer < 0)
       std::printf("final fusion gains: x %.3f, y %.3f (ratio %.3f)\n", g.x_gain, g.y_gain, g.ratio);
+  if (r.routing.empty()) return;
+  // MoE: the routed share of each expert per layer, in % of the layer's assignments (balanced:
+  // 100 / E each), as a text heat map.
+  std::printf("MoE routing, %% of each layer's assignments per expert:\n%6s", "layer");
+  for (size_t e = 0; e < r.routing[0].share.size(); ++e) std::printf(" %5zu", e);
+  std::printf(" %8s %5s\n", "entropy", "idle");
+  for (const auto& m : r.routing) {
+    std::printf("%6lld", static_cast<long long>(m.layer));
+    for (double f : m.share) std::printf(" %5.1f", 100.0 * f);
+    std::printf(" %8.3f %5lld\n", m.entropy, static_cast<long long>(m.idle));
+  }
 }
 
 }  // namespace

@@ -57,12 +57,25 @@ int run_info(const InfoOptions& o) {
   std::cout << "config      " << o.config << "\n"
             << "scheme      " << enum_name(m.scheme) << ", " << m.n_layers << " layers, d_model "
             << m.d_model << ", " << m.n_heads << " heads (" << m.kv_heads() << " kv), d_ff "
-            << m.d_ff << ", vocab " << m.vocab_size << (m.tie_embeddings ? " (tied)" : "")
-            << "\n\n";
+            << m.d_ff << ", vocab " << m.vocab_size << (m.tie_embeddings ? " (tied)" : "") << "\n";
+  if (m.moe.enabled())
+    std::cout << "MoE         " << m.moe.n_experts << " experts of d_expert " << m.expert_width()
+              << ", top-" << m.moe.top_k
+              << (m.moe.renormalize ? " renormalized" : " (raw softmax weights)")
+              << (m.moe.every == 1 ? std::string(", in every block")
+                                   : ", in blocks 0, " + std::to_string(m.moe.every) + ", " +
+                                         std::to_string(2 * m.moe.every) + ", ...")
+              << "; token choice, dropless (no capacity factor, no token dropped)\n"
+              << "            aux losses: " << m.moe.lb_loss_weight << " x load balance + "
+              << m.moe.z_loss_weight << " x router z-loss\n";
+  std::cout << "\n";
 
   std::cout << "parameters            " << grouped(c.total) << "  ("
-            << human(static_cast<double>(c.total), "") << ")\n"
-            << "  embedding           " << grouped(c.embedding) << "\n"
+            << human(static_cast<double>(c.total), "") << ")\n";
+  if (m.moe.enabled())
+    std::cout << "active per token      " << grouped(c.active) << "  ("
+              << human(static_cast<double>(c.active), "") << ")\n";
+  std::cout << "  embedding           " << grouped(c.embedding) << "\n"
             << "  head                " << grouped(c.head)
             << (m.tie_embeddings ? "  (tied to the embedding)" : "") << "\n";
   const std::set<int64_t> sizes(c.per_block.begin(), c.per_block.end());

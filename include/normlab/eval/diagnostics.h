@@ -51,6 +51,14 @@ struct GainRatio {
   double ratio;           // x_gain / y_gain
 };
 
+/// One MoE layer's routing of the batch (MoE models).
+struct RoutedShare {
+  int64_t layer;              // the block
+  std::vector<double> share;  // per expert: its share of the batch's N * top_k assignments
+  double entropy;             // mean router entropy over the tokens, nats
+  int64_t idle;               // experts that got no token
+};
+
 struct DiagnosticsReport {
   int64_t step = 0;
   double loss = 0.0;                        // mean cross-entropy of the batch
@@ -63,6 +71,7 @@ struct DiagnosticsReport {
   std::vector<MassiveActivations> massive;  // per stream and layer
   std::optional<double> pruning_base;       // loss of the whole model (pruning)
   std::vector<double> pruning;              // loss with block l skipped, per block
+  std::vector<RoutedShare> routing;         // MoE layers, in order
 };
 
 /// Runs the diagnostics on one batch of (inputs, targets) (B, T), in fp32 and eval mode; the

@@ -12,6 +12,8 @@ namespace normlab {
 
 struct ParamCounts {
   int64_t total = 0;
+  int64_t active = 0;              // used per token: total less, in each MoE layer, the
+                                   // n_experts - top_k experts a token is not routed to
   int64_t embedding = 0;           // embed.weight
   int64_t head = 0;                // head.weight (0 when tied)
   std::vector<int64_t> per_block;  // blocks.<l>.*
@@ -23,7 +25,7 @@ struct ParamCounts {
 };
 ParamCounts count_parameters(const ModelConfig& cfg);
 
-/// Training FLOPs per token: 6 N + 6 L H D T, N = parameters without the input embedding
+/// Training FLOPs per token: 6 N + 6 L H D T, N = active parameters without the input embedding
 /// (the head is counted; with tied embeddings the shared matrix is counted once as the head),
 /// L layers, H heads, D head dim, T sequence length. The attention term is the score and
 /// value matmuls of a causal mask, half of the 12 L H D T of full attention (as in the

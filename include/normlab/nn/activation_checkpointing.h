@@ -5,6 +5,8 @@
 // backward pass. Reentrant, as torch.utils.checkpoint(use_reentrant=True): the parameters'
 // gradients are accumulated by an inner backward, so the FSDP layer's gradient hooks (fsdp.h)
 // fire there as usual. The blocks draw no random numbers (no dropout), so no RNG state is kept.
+// A block's MoE layers (moe.h) hand their aux losses out as extra outputs of the checkpointed
+// function, so that the load-balancing and router z-loss gradients reach the router too.
 #pragma once
 
 #include "normlab/nn/block.h"

@@ -14,6 +14,7 @@
 #include "normlab/nn/attention.h"
 #include "normlab/nn/mlp.h"
 #include "normlab/nn/model_config.h"
+#include "normlab/nn/moe.h"
 
 namespace normlab {
 
@@ -34,5 +35,8 @@ void trunc_normal_(torch::Tensor w, double std);
 
 /// Initialises a block's shared branches (the attention and MLP of layer `layer`).
 void init_branches(const ModelConfig& cfg, int64_t layer, AttentionImpl& attn, MlpImpl& mlp);
+/// The same with a Mixture-of-Experts MLP: the router as an MLP input projection, each expert
+/// as the dense MLP with d_ff = d_expert (its down projection's fan-in).
+void init_branches(const ModelConfig& cfg, int64_t layer, AttentionImpl& attn, MoeImpl& moe);
 
 }  // namespace normlab

@@ -16,15 +16,18 @@
 #include "normlab/nn/block.h"
 #include "normlab/nn/linear.h"
 #include "normlab/nn/model_config.h"
+#include "normlab/nn/moe.h"
 #include "normlab/nn/streams.h"
 
 namespace normlab {
 
 struct LossOutput {
-  torch::Tensor loss;    // () cross-entropy + z-loss term: what backward() is called on
-  torch::Tensor ce;      // () mean cross-entropy
-  torch::Tensor z;       // () mean logsumexp^2 (unweighted); only when z_loss > 0
-  torch::Tensor logits;  // (B, T, V); undefined from the chunked loss
+  torch::Tensor loss;      // () cross-entropy + weighted aux terms: what backward() is called on
+  torch::Tensor ce;        // () mean cross-entropy
+  torch::Tensor z;         // () mean logsumexp^2 (unweighted); only when z_loss > 0
+  torch::Tensor logits;    // (B, T, V); undefined from the chunked loss
+  torch::Tensor lb;        // () MoE load-balancing loss, mean over MoE layers (unweighted)
+  torch::Tensor router_z;  // () MoE router z-loss, mean over MoE layers (unweighted)
 };
 
 /// A layer applied to a built model (FSDP, fsdp.h) sees its forward pass through these: before
@@ -57,7 +60,8 @@ class DecoderLMImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& tokens, const Probe& probe = nullptr);
   /// Logits and the mean next-token loss against `targets` (B, T); z_loss weights
   /// mean(logsumexp(logits)^2). Cross-entropy is computed in fp32. chunk_rows > 0: the loss
-  /// through linear_cross_entropy (loss.h) in chunks of that many rows, without logits.
+  /// through linear_cross_entropy (loss.h) in chunks of that many rows, without logits. With
+  /// MoE layers the loss adds model.moe's lb_loss_weight * lb + z_loss_weight * router_z.
   LossOutput loss(const torch::Tensor& tokens, const torch::Tensor& targets, double z_loss = 0.0,
                   const Probe& probe = nullptr, int64_t chunk_rows = 0);
 
@@ -69,9 +73,12 @@ class DecoderLMImpl : public torch::nn::Module {
   torch::nn::ModuleList blocks{nullptr};
   Linear head{nullptr};                                         // untied only
   std::vector<std::shared_ptr<SchemeBlockImpl>> scheme_blocks;  // the same blocks, typed
+  std::vector<std::pair<int64_t, MoeImpl*>> moe;  // (block, layer) of every MoE MLP, in order
   ForwardHooks* hooks = nullptr;  // set by a layer that wraps the model (owned by it); none: plain
 
  private:
+  void add_moe_losses(LossOutput& out) const;
+
   SchemeParts parts_;  // enter/exit of the scheme (its blocks live in scheme_blocks)
 };
 TORCH_MODULE(DecoderLM);

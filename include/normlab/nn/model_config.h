@@ -55,6 +55,23 @@ struct HyperOptions {
   HyperOutStd out_std_mult = HyperOutStd::One;
 };
 
+/// Mixture-of-Experts feed-forward (OLMoE/Switch style): in every `every`-th block (0, every,
+/// 2 every, ...) the MLP becomes n_experts SwiGLU experts of width d_expert behind a bias-free
+/// router d -> E; softmax over all E, the top_k experts of each token (token choice, dropless),
+/// output sum_e p_e * expert_e(x), p renormalised over the top_k when `renormalize`. n_experts 0:
+/// the dense MLP everywhere. Read by the MLP branch (moe.h), the loss and the counts.
+struct MoeOptions {
+  int64_t n_experts = 0;
+  int64_t top_k = 8;
+  int64_t d_expert = 0;  // 0 = model.d_ff
+  bool renormalize = false;
+  int64_t every = 1;
+  double lb_loss_weight = 0.01;
+  double z_loss_weight = 0.001;
+
+  bool enabled() const { return n_experts > 0; }
+};
+
 struct ModelConfig {
   Scheme scheme = Scheme::PreNorm;
   int64_t vocab_size = 50304;
@@ -75,6 +92,7 @@ struct ModelConfig {
   std::optional<double> deep_norm_alpha;
   std::optional<double> deep_norm_beta;
   std::optional<int64_t> mix_ln_post_layers;
+  MoeOptions moe;
 
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int64_t head_dim() const { return d_model / n_heads; }
@@ -82,6 +100,9 @@ struct ModelConfig {
   double deep_alpha() const;
   double deep_beta() const;
   int64_t mix_post_layers() const;
+  /// Whether block `layer`'s MLP is a Mixture-of-Experts layer.
+  bool is_moe_layer(int64_t layer) const { return moe.enabled() && layer % moe.every == 0; }
+  int64_t expert_width() const { return moe.d_expert > 0 ? moe.d_expert : d_ff; }
 };
 
 /// Throws ConfigError naming the offending `model.` key and value.

@@ -58,7 +58,16 @@ struct TrainOptions {
 struct StepMetrics {
   int64_t step = 0;  // the step just completed (1-based)
   double lr = 0.0;
-  double loss = 0.0;       // mean cross-entropy over the global batch
+  double loss = 0.0;  // mean cross-entropy over the global batch
+  // MoE models (-1 for dense ones), over the global batch: the load-balancing loss and router
+  // z-loss (unweighted, means over the MoE layers), the mean router entropy (nats), the largest
+  // share of one layer's assignments that one expert got (1/E when balanced), and how many
+  // (layer, expert) pairs got no token.
+  double moe_lb = -1.0;
+  double moe_router_z = -1.0;
+  double moe_router_entropy = -1.0;
+  double moe_max_expert_share = -1.0;
+  int64_t moe_idle_experts = -1;
   double grad_norm = 0.0;  // before clipping
   bool finite = true;      // loss and gradient norm finite
   bool skipped = false;    // not finite, and train.skip_nonfinite skipped the update

@@ -27,9 +27,27 @@ Branches add_branches(torch::nn::Module& m, const ModelConfig& cfg, int64_t laye
                       torch::Device device) {
   Branches b;
   b.attn = m.register_module("attn", Attention(attention_options(cfg, device)));
-  b.mlp = m.register_module("mlp", Mlp(cfg.d_model, cfg.d_ff, device));
-  init_branches(cfg, layer, *b.attn, *b.mlp);
+  if (cfg.is_moe_layer(layer)) {
+    b.mlp.moe = m.register_module("mlp", Moe(cfg, device));
+    init_branches(cfg, layer, *b.attn, *b.mlp.moe);
+  } else {
+    b.mlp.dense = m.register_module("mlp", Mlp(cfg.d_model, cfg.d_ff, device));
+    init_branches(cfg, layer, *b.attn, *b.mlp.dense);
+  }
   return b;
+}
+
+void FeedForward::scale_(double beta) {
+  torch::NoGradGuard no_grad;
+  if (dense) {
+    dense->up->weight.mul_(beta);
+    dense->down->weight.mul_(beta);
+  }
+  if (moe)
+    for (auto& e : moe->experts) {
+      e->up->weight.mul_(beta);
+      e->down->weight.mul_(beta);
+    }
 }
 
 double siamese_depth_scale(const ModelConfig& cfg, int64_t layer) {

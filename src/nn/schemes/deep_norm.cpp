@@ -22,8 +22,7 @@ class DeepNormBlock : public SchemeBlockImpl {
     torch::NoGradGuard no_grad;
     f.attn->qkv->weight.narrow(0, qk_rows, cfg.kv_heads() * cfg.head_dim()).mul_(beta);  // V rows
     f.attn->out->weight.mul_(beta);
-    f.mlp->up->weight.mul_(beta);
-    f.mlp->down->weight.mul_(beta);
+    f.mlp.scale_(beta);  // the MLP's matrices (every expert's with MoE)
   }
 
   Streams forward(const Streams& s) override {

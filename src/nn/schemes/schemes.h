@@ -8,6 +8,7 @@
 #include "normlab/nn/block.h"
 #include "normlab/nn/init.h"
 #include "normlab/nn/mlp.h"
+#include "normlab/nn/moe.h"
 #include "normlab/nn/norm.h"
 
 namespace normlab::schemes {
@@ -37,10 +38,21 @@ Streams enter_twin(const torch::Tensor& embedding);
 Norm add_norm(torch::nn::Module& m, const std::string& name, const ModelConfig& cfg,
               torch::Device device);
 
+/// A block's MLP branch: the dense SwiGLU, or the Mixture-of-Experts layer where
+/// cfg.is_moe_layer(layer) (either is registered as "mlp"). Called like a module: f.mlp(x).
+struct FeedForward {
+  Mlp dense{nullptr};
+  Moe moe{nullptr};
+  torch::Tensor operator()(const torch::Tensor& x) { return moe ? moe(x) : dense(x); }
+  /// Multiplies the output-path matrices (the MLP's, or every expert's, up and down; not the
+  /// router) by `beta` in place: DeepNorm's init scaling.
+  void scale_(double beta);
+};
+
 /// The block's attention and MLP branches, registered as "attn" and "mlp" and initialised.
 struct Branches {
   Attention attn{nullptr};
-  Mlp mlp{nullptr};
+  FeedForward mlp;
 };
 Branches add_branches(torch::nn::Module& m, const ModelConfig& cfg, int64_t layer,
                       torch::Device device);

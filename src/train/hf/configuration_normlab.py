@@ -43,6 +43,7 @@ class NormlabConfig(PretrainedConfig):
         deep_norm_alpha=None,
         deep_norm_beta=None,
         mix_ln_post_layers=None,
+        moe=None,
         max_position_embeddings=2048,
         **kwargs,
     ):
@@ -74,6 +75,14 @@ class NormlabConfig(PretrainedConfig):
         self.deep_norm_alpha = deep_norm_alpha
         self.deep_norm_beta = deep_norm_beta
         self.mix_ln_post_layers = mix_ln_post_layers
+        # Mixture-of-Experts MLP (normlab's model.moe; n_experts 0 = dense, docs/moe.md)
+        moe = dict(moe or {})
+        for key, default in (("n_experts", 0), ("top_k", 8), ("d_expert", 0), ("renormalize", False),
+                             ("every", 1), ("lb_loss_weight", 0.01), ("z_loss_weight", 0.001)):
+            moe.setdefault(key, default)
+        if moe["n_experts"] > 0 and not 1 <= moe["top_k"] <= moe["n_experts"]:
+            raise ValueError(f"config.json: moe.top_k {moe['top_k']} is not in [1, moe.n_experts]")
+        self.moe = moe
         # The usual transformers names, for tools that read them (lm-eval reads
         # max_position_embeddings). RoPE has no length limit; this is the length normlab trained at
         # or, when unknown, a default.

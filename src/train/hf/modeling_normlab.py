@@ -101,15 +101,43 @@ class NormlabAttention(nn.Module):
 class NormlabMlp(nn.Module):
     """SwiGLU: u = up(x); value = u[:d_ff], gate = u[d_ff:]; down(silu(gate) * value)."""
 
-    def __init__(self, config):
+    def __init__(self, config, d_ff=None):
         super().__init__()
-        self.d_ff = config.d_ff
-        self.up = nn.Linear(config.d_model, 2 * config.d_ff, bias=False)
-        self.down = nn.Linear(config.d_ff, config.d_model, bias=False)
+        self.d_ff = d_ff or config.d_ff
+        self.up = nn.Linear(config.d_model, 2 * self.d_ff, bias=False)
+        self.down = nn.Linear(self.d_ff, config.d_model, bias=False)
 
     def forward(self, x):
         u = self.up(x)
         return self.down(F.silu(u[..., self.d_ff:]) * u[..., : self.d_ff])
+
+
+class NormlabMoe(nn.Module):
+    """Mixture-of-Experts MLP (docs/moe.md): p = softmax(router(x)) over all experts; each
+    token's top_k experts, weighted by p (renormalised over the top_k when moe.renormalize);
+    token choice, dropless. Inference only: the aux losses are training's."""
+
+    def __init__(self, config):
+        super().__init__()
+        moe = config.moe
+        self.top_k, self.renormalize = moe["top_k"], moe["renormalize"]
+        self.router = nn.Linear(config.d_model, moe["n_experts"], bias=False)
+        self.experts = nn.ModuleList(NormlabMlp(config, moe["d_expert"] or config.d_ff)
+                                     for _ in range(moe["n_experts"]))
+
+    def forward(self, x):
+        h = x.reshape(-1, x.shape[-1])
+        logits = self.router(h)
+        p = torch.softmax(logits if logits.dtype == torch.float64 else logits.float(), dim=-1)
+        w, chosen = torch.topk(p, self.top_k, dim=-1)
+        if self.renormalize:
+            w = w / w.sum(dim=-1, keepdim=True)
+        y = torch.zeros_like(h)
+        for e, expert in enumerate(self.experts):
+            token, slot = torch.where(chosen == e)
+            if token.numel():
+                y = y.index_add(0, token, expert(h[token]) * w[token, slot].unsqueeze(-1).to(h.dtype))
+        return y.view_as(x)
 
 
 def deep_norm_alpha(config):
@@ -132,7 +160,9 @@ class NormlabBlock(nn.Module):
         siam = config.siamese
         hybrid = scheme in ("hybrid_norm", "hybrid_norm_star", "siamese_hybrid")
         self.attn = NormlabAttention(config, config.qkv_norm or hybrid)
-        self.mlp = NormlabMlp(config)
+        moe = getattr(config, "moe", None) or {}
+        is_moe = moe.get("n_experts", 0) > 0 and layer % moe.get("every", 1) == 0
+        self.mlp = NormlabMoe(config) if is_moe else NormlabMlp(config)
         if scheme in ("pre_norm", "post_norm", "deep_norm", "mix_ln", "resi_dual"):
             norms = ["attn_norm", "mlp_norm"]
         elif scheme == "hybrid_norm":

@@ -209,3 +209,51 @@ TEST(Diagnostics, JsonLineHoldsEverySection) {
     EXPECT_NE(j.find(key), std::string::npos) << key << " in " << j.substr(0, 300);
   EXPECT_EQ(j.find('\n'), std::string::npos);
 }
+
+// MoE routing: per MoE layer, the shares are the layer's assignment counts over N * top_k (so
+// they sum to 1, and with top-2 no expert exceeds 1/2: a token picks an expert at most once);
+// the idle count is the number of zero shares; the JSON line carries them; a dense model has no
+// routing entry.
+TEST(Diagnostics, MoeRoutingSharesPerLayerAndExpert) {
+  ModelConfig c = test::tiny_config(Scheme::PreNorm);
+  c.moe.n_experts = 4;
+  c.moe.top_k = 2;
+  c.moe.d_expert = 8;
+  c.moe.every = 2;
+  c.n_layers = 3;  // MoE in blocks 0 and 2
+  torch::manual_seed(0);
+  DecoderLM m(c);
+  const Data d = batch();
+  DiagnosticsOptions o;
+  o.gradients = false;
+  const DiagnosticsReport r = run_diagnostics(*m, d.inputs, d.targets, o);
+  ASSERT_EQ(r.routing.size(), 2u);
+  EXPECT_EQ(r.routing[0].layer, 0);
+  EXPECT_EQ(r.routing[1].layer, 2);
+  for (const auto& layer : r.routing) {
+    ASSERT_EQ(layer.share.size(), 4u);
+    double sum = 0.0;
+    int64_t zeros = 0;
+    for (double s : layer.share) {
+      sum += s;
+      zeros += s == 0.0 ? 1 : 0;
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-12);
+    EXPECT_EQ(layer.idle, zeros);
+    EXPECT_GT(layer.entropy, 0.0);
+    for (double s : layer.share) EXPECT_LE(s, 0.5);
+  }
+  {  // the same batch again: the counts of the last MoE layer over 2 N assignments
+    torch::NoGradGuard g;
+    m->forward(d.inputs);
+    const torch::Tensor counts = m->moe.back().second->last.counts.to(torch::kDouble);
+    for (int64_t e = 0; e < 4; ++e)
+      EXPECT_DOUBLE_EQ(r.routing[1].share[static_cast<size_t>(e)],
+                       counts[e].item<double>() / (2.0 * static_cast<double>(d.inputs.numel())));
+  }
+  EXPECT_NE(diagnostics_json(r).find("\"moe\":[{"), std::string::npos);
+  const DiagnosticsReport dense =
+      run_diagnostics(*diagnostics_model_of(Scheme::PreNorm), d.inputs, d.targets, o);
+  EXPECT_TRUE(dense.routing.empty());
+  EXPECT_EQ(diagnostics_json(dense).find("\"moe\""), std::string::npos);
+}

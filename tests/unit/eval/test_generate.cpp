@@ -88,3 +88,37 @@ TEST(Generate, SamplingFollowsItsOptions) {
   EXPECT_LE(generate(*m, {1, 2}, s).size(), 4u);  // stops at the stop token
   EXPECT_THROW(generate(*m, {}, s), ConfigError);
 }
+
+// Mixture-of-Experts blocks route each token on its own (token choice, dropless), so the KV
+// cache gives the full pass's logits too, and greedy generation is the same with and without it.
+TEST(Generate, MoeCachedLogitsEqualAFullForwardPass) {
+  for (const Scheme s : {Scheme::PreNorm, Scheme::SiameseHybrid}) {
+    SCOPED_TRACE(enum_name(s));
+    ModelConfig c = test::tiny_config(s);
+    c.moe.n_experts = 4;
+    c.moe.top_k = 2;
+    c.moe.d_expert = 8;
+    torch::manual_seed(7);
+    DecoderLM m(c);
+    m->eval();
+    torch::NoGradGuard g;
+    const torch::Tensor tokens = torch::randint(0, 32, {2, 9}, torch::kLong);
+    const torch::Tensor full = m->forward(tokens);
+    KVCache cache(*m, 2, 9, torch::kCPU);
+    torch::Tensor pieces;
+    {
+      KVCacheScope scope(*m, cache);
+      const torch::Tensor a = m->forward(tokens.narrow(1, 0, 4));
+      const torch::Tensor b = m->forward(tokens.narrow(1, 4, 1));
+      const torch::Tensor rest = m->forward(tokens.narrow(1, 5, 4));
+      pieces = torch::cat({a, b, rest}, 1);
+    }
+    EXPECT_TRUE(test::close(pieces, full, 1e-5));
+    SampleOptions o;
+    o.temperature = 0.0;
+    o.max_tokens = 8;
+    const auto cached = generate(*m, {1, 5, 9}, o);
+    o.use_cache = false;
+    EXPECT_EQ(cached, generate(*m, {1, 5, 9}, o));
+  }
+}

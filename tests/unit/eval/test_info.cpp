@@ -1,6 +1,7 @@
 // normlab info's numbers: parameter counts from the real module, FLOPs and memory estimates.
 #include "normlab/config/config_io.h"
 #include "normlab/eval/info.h"
+#include "normlab/nn/model.h"
 #include "support.h"
 
 using namespace normlab;
@@ -107,4 +108,66 @@ TEST(Info, MemoryEstimateRespondsToShardingAndCheckpointing) {
   pre.scheme = Scheme::PreNorm;
   EXPECT_GT(estimate_memory(c.model, MemoryPlan{}).activations,
             estimate_memory(pre, MemoryPlan{}).activations);
+}
+
+// OLMoE-1B-7B's published counts, recomputed here from its published architecture (d 2048,
+// 16 layers, MHA with 16 heads, 64 SwiGLU experts of 1024, top-8, router 2048 -> 64, untied
+// 50304 vocabulary, RMSNorm gains: attention and MLP norms, full-width q and k norms, final):
+//   per layer  4 d^2 + 64 * 3 d 1024 + 64 d + 4 d = 419,569,664
+//   total      16 * that + 2 * 50304 d + d = 6,919,161,856 (the published 6.92B)
+//   active     per layer 4 d^2 + 8 * 3 d 1024 + 64 d + 4 d; 1,282,017,280 (the published 1.28B)
+// normlab's QK-norm is per head (a gain of head_dim 128 shared by the heads, on q, k and v:
+// 384 per layer) where OLMoE's spans the full q and k width (4096): 3,712 fewer per layer.
+TEST(Info, OlmoeCountsMatchThePublishedTotalAndActive) {
+  const RunConfig c = config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/moe/olmoe_1b7b.yaml");
+  const ParamCounts p = count_parameters(c.model);
+  const int64_t d = 2048, L = 16, V = 50304;
+  const int64_t olmoe_layer = 4 * d * d + 64 * 3 * d * 1024 + 64 * d + 4 * d;
+  const int64_t olmoe_active_layer = 4 * d * d + 8 * 3 * d * 1024 + 64 * d + 4 * d;
+  const int64_t olmoe_total = L * olmoe_layer + 2 * V * d + d;
+  const int64_t olmoe_active = L * olmoe_active_layer + 2 * V * d + d;
+  ASSERT_EQ(olmoe_total, 6919161856);
+  ASSERT_EQ(olmoe_active, 1282017280);
+  const int64_t qk_norm_difference = L * ((2 * d) - 3 * 128);
+  EXPECT_EQ(p.total, olmoe_total - qk_norm_difference);
+  EXPECT_EQ(p.active, olmoe_active - qk_norm_difference);
+  EXPECT_NEAR(static_cast<double>(p.total) / 1e9, 6.92, 0.005);
+  EXPECT_NEAR(static_cast<double>(p.active) / 1e9, 1.28, 0.005);
+}
+
+// The stand-in 15A2B shape: 28 layers of 80 experts, the rest OLMoE's: 14.77B / 2.09B.
+TEST(Info, MoeStandinCounts) {
+  const RunConfig c =
+      config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/moe/15a2b_standin.yaml");
+  const ParamCounts p = count_parameters(c.model);
+  EXPECT_NEAR(static_cast<double>(p.total) / 1e9, 14.77, 0.005);
+  EXPECT_NEAR(static_cast<double>(p.active) / 1e9, 2.09, 0.005);
+}
+
+// The total and active formulas against the built model on a small config, MoE in blocks 0 and
+// 2 of 4: the total is every parameter of the module; a token uses the dense blocks whole and,
+// in an MoE block, the router and top_k of the E experts.
+TEST(Info, MoeTotalAndActiveFormulasOnASmallModel) {
+  ModelConfig m = test::tiny_config(Scheme::SiameseHybrid);
+  m.n_layers = 4;
+  m.moe.n_experts = 6;
+  m.moe.top_k = 2;
+  m.moe.d_expert = 10;
+  m.moe.every = 2;
+  const ParamCounts p = count_parameters(m);
+  DecoderLM built(m);
+  int64_t numel = 0;
+  for (const auto& t : built->parameters()) numel += t.numel();
+  EXPECT_EQ(p.total, numel);
+  const int64_t d = m.d_model, expert = 3 * d * 10, router = 6 * d;
+  const int64_t dense_mlp = 3 * d * m.d_ff;
+  ModelConfig dense = m;
+  dense.moe.n_experts = 0;
+  const int64_t dense_total = count_parameters(dense).total;
+  EXPECT_EQ(p.total, dense_total + 2 * (router + 6 * expert - dense_mlp));
+  EXPECT_EQ(p.active, dense_total + 2 * (router + 2 * expert - dense_mlp));
+  EXPECT_EQ(count_parameters(dense).active, dense_total);
+  // FLOPs count the active parameters.
+  EXPECT_DOUBLE_EQ(flops_per_token(m, 16) - flops_per_token(dense, 16),
+                   6.0 * static_cast<double>(p.active - dense_total));
 }

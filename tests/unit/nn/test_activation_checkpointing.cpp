@@ -50,6 +50,38 @@ TEST(ActivationCheckpointing, SameLossAndGradientsForEveryScheme) {
   }
 }
 
+// MoE blocks: the aux losses computed inside the checkpointed function reach the loss as its
+// extra outputs, so the loss and every gradient (the routers' included) equal the plain model's.
+// Aux weights raised so that their share of the router gradients is large.
+TEST(ActivationCheckpointing, MoeBlocksKeepTheirAuxLossGradients) {
+  for (const Scheme scheme : {Scheme::PreNorm, Scheme::SiameseHybrid}) {
+    SCOPED_TRACE(enum_name(scheme));
+    ModelConfig cfg = test::tiny_config(scheme);
+    cfg.moe.n_experts = 4;
+    cfg.moe.top_k = 2;
+    cfg.moe.d_expert = 8;
+    cfg.moe.lb_loss_weight = 0.5;
+    cfg.moe.z_loss_weight = 0.2;
+    torch::manual_seed(1);
+    const torch::Tensor tokens = torch::randint(cfg.vocab_size, {3, 7}, torch::kLong);
+    const Outcome plain = run(cfg, 0, tokens);
+    ModelConfig no_aux = cfg;
+    no_aux.moe.lb_loss_weight = no_aux.moe.z_loss_weight = 0.0;
+    const Outcome without = run(no_aux, 0, tokens);
+    // The aux terms move the router gradient (else this test would not see them lost).
+    EXPECT_GT(test::max_rel_error(without.grads.at("blocks.0.mlp.router.weight"),
+                                  plain.grads.at("blocks.0.mlp.router.weight")),
+              1e-2);
+    for (const int64_t every : {1, 2}) {
+      const Outcome ckpt = run(cfg, every, tokens);
+      EXPECT_EQ(plain.loss, ckpt.loss);
+      ASSERT_EQ(plain.grads.size(), ckpt.grads.size());
+      for (const auto& [name, g] : plain.grads)
+        EXPECT_TRUE(test::close(ckpt.grads.at(name), g, 1e-6)) << name << every;
+    }
+  }
+}
+
 TEST(ActivationCheckpointing, SelectivePicksEveryKthBlock) {
   EXPECT_FALSE(activation_checkpointed(0, 0));
   EXPECT_TRUE(activation_checkpointed(1, 3));

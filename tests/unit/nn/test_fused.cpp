@@ -87,6 +87,20 @@ TEST(Fused, LinearMatchesATenLinear) {
             << "\n";
 }
 
+// An empty input (no rows) gives an empty output and a weight gradient of exactly zero (the
+// oneDNN kernel left that gradient unwritten: whatever the memory held).
+TEST(Fused, LinearOfNoRowsHasAZeroWeightGradient) {
+  for (int i = 0; i < 3; ++i) {  // fresh allocations that may reuse dirty memory
+    const torch::Tensor garbage = torch::full({40, 48}, 7.0f);
+    const torch::Tensor w = torch::randn({40, 48}).requires_grad_();
+    const torch::Tensor y = fused::linear(torch::randn({0, 48}).requires_grad_(), w);
+    EXPECT_EQ(y.sizes(), torch::IntArrayRef({0, 40}));
+    (y.sum() + (w * 0).sum()).backward();
+    ASSERT_TRUE(w.grad().defined());
+    EXPECT_EQ(w.grad().abs().max().item<float>(), 0.0f);
+  }
+}
+
 TEST(Fused, UnfusedDevicesAndDtypesTakeTheComposition) {
   const torch::Tensor x = torch::randn({4, 8}).to(torch::kBFloat16);
   const torch::Tensor q = torch::randn({1, 2, 1, 4}).to(torch::kBFloat16);

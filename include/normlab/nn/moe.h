@@ -1,0 +1,80 @@
+// Mixture-of-Experts MLP branch (OLMoE / Switch Transformer style), the MLP of a block when
+// model.moe selects it (model_config.h, MoeOptions). Tokens are rows x (N, C), N = B*T:
+//   logits = x W_r^T (N, E), W_r bias-free;  p = softmax(logits) over all E experts
+//   token choice: each token's top_k experts S(x) and their weights w_e = p_e (renormalize:
+//   w_e = p_e / sum_{S(x)} p); output y = sum_{e in S(x)} w_e * expert_e(x), expert_e a SwiGLU
+//   (mlp.h) of width d_expert. Dropless: no capacity, every assignment is computed.
+// Auxiliary losses (Switch / OLMoE), from the last forward:
+//   load balance  lb = E * sum_e f_e * P_e,  f_e = share of the N*top_k assignments routed to e
+//                 (no gradient), P_e = mean over tokens of p_e; 1 when perfectly balanced
+//   router z-loss z  = mean over tokens of logsumexp(logits)^2
+// Dispatch (dispatch_sorted): the N*top_k assignments are sorted by expert, each expert runs
+// once on its contiguous slice of rows, and the outputs are scattered back with their weights;
+// autograd runs through the same gather, matmuls and index_add. Parameter names:
+// router.weight (E, C), experts.<e>.up.weight (2 d_expert, C), experts.<e>.down.weight.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+
+#include <functional>
+#include <vector>
+
+#include "normlab/nn/linear.h"
+#include "normlab/nn/mlp.h"
+#include "normlab/nn/model_config.h"
+
+namespace normlab {
+
+/// What one MoE layer's router did in its last forward.
+struct RouterStats {
+  torch::Tensor lb;       // () load-balancing loss, differentiable through P
+  torch::Tensor z;        // () router z-loss, differentiable
+  torch::Tensor counts;   // (E) int64 assignments per expert (no gradient)
+  torch::Tensor entropy;  // () mean router entropy over tokens, nats (no gradient)
+};
+
+/// The top_k routing of rows x: weights (N, k) and experts (N, k) int64, plus p (N, E) and the
+/// logits in the router's computation dtype (float32, float64 in float64 models).
+struct Routing {
+  torch::Tensor weights, experts, probs, logits;
+};
+
+/// Runs expert e on rows (M, C) -> (M, C); M may be 0.
+using ExpertFn = std::function<torch::Tensor(int64_t e, const torch::Tensor& rows)>;
+
+/// y (N, C) = sum_j weights[:, j] * expert_{experts[:, j]}(x): the N*k assignments sorted by
+/// expert, one call per expert on its contiguous slice (every expert is called, with 0 rows
+/// when it got none, so each has a gradient), scattered back with index_add.
+torch::Tensor dispatch_sorted(const torch::Tensor& x, const torch::Tensor& experts,
+                              const torch::Tensor& weights, int64_t n_experts,
+                              const ExpertFn& expert);
+
+/// The same sum computed densely: every expert on every row, weighted by a (N, E) matrix that
+/// is zero outside each row's top_k. Slow (E times the work); the tests' reference.
+torch::Tensor dispatch_dense(const torch::Tensor& x, const torch::Tensor& experts,
+                             const torch::Tensor& weights, int64_t n_experts,
+                             const ExpertFn& expert);
+
+class MoeImpl : public torch::nn::Module {
+ public:
+  MoeImpl(const ModelConfig& cfg, torch::Device device = torch::kCPU);
+  torch::Tensor forward(const torch::Tensor& x);  // (..., C) -> (..., C); sets `last`
+  Routing route(const torch::Tensor& rows);       // rows (N, C)
+  void pretty_print(std::ostream& stream) const override;
+
+  int64_t n_experts, top_k;
+  bool renormalize;
+  Linear router{nullptr};    // (E, C)
+  std::vector<Mlp> experts;  // registered as experts.<e>
+  torch::nn::ModuleList expert_list{nullptr};
+  RouterStats last;  // of the last forward
+};
+TORCH_MODULE(Moe);
+
+/// The MoE layers inside `m` (a block or a whole model), in registration order.
+std::vector<MoeImpl*> moe_layers(torch::nn::Module& m);
+
+}  // namespace normlab

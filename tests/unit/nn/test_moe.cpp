@@ -1,0 +1,253 @@
+// Mixture-of-Experts MLP (nn/moe.h): the sorted dispatch against the dense per-expert sum, the
+// aux losses where their values follow from the definition alone, the one-expert MoE against
+// the dense model, and model.moe's validation.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "normlab/nn/model.h"
+#include "normlab/nn/moe.h"
+#include "normlab/util/error.h"
+#include "support.h"
+
+namespace normlab {
+namespace {
+
+ModelConfig moe_config(Scheme scheme, int64_t experts, int64_t top_k, bool renormalize) {
+  ModelConfig c = test::tiny_config(scheme);
+  c.moe.n_experts = experts;
+  c.moe.top_k = top_k;
+  c.moe.d_expert = 12;
+  c.moe.renormalize = renormalize;
+  return c;
+}
+
+// Random expert weights (SwiGLU up (2h, C) and down (C, h) per expert) in float64.
+struct Experts {
+  std::vector<torch::Tensor> up, down;
+  torch::Tensor run(int64_t e, const torch::Tensor& rows) const {
+    const auto vg = torch::matmul(rows, up[e].t()).chunk(2, -1);
+    return torch::matmul(torch::silu(vg[1]) * vg[0], down[e].t());
+  }
+};
+
+// The sorted dispatch (one call per expert on its contiguous rows) equals the dense sum over
+// every expert with the routing weights scattered into an (N, E) matrix: outputs and the
+// gradients of the input, the weights and every expert matrix, float64. Expert 2 gets no token
+// (its gradients must be defined and zero); both sides compute the same products in another
+// order, so they agree to float64 rounding over sums of a few terms (1e-12 relative is
+// thousands of times that rounding, and a wrong row or weight moves the result by O(1)).
+TEST(Moe, SortedDispatchEqualsDensePerExpertSum) {
+  torch::manual_seed(3);
+  const int64_t N = 13, C = 6, H = 5, E = 4, k = 2;
+  const auto opts = torch::TensorOptions().dtype(torch::kDouble);
+  Experts ex;
+  for (int64_t e = 0; e < E; ++e) {
+    ex.up.push_back(torch::randn({2 * H, C}, opts).requires_grad_(true));
+    ex.down.push_back(torch::randn({C, H}, opts).requires_grad_(true));
+  }
+  const torch::Tensor x = torch::randn({N, C}, opts).requires_grad_(true);
+  // Each token's two distinct experts from {0, 1, 3}; expert 2 gets none.
+  const torch::Tensor choice = torch::tensor({0, 1, 3}, torch::kLong);
+  const torch::Tensor first = torch::randint(3, {N}, torch::kLong);
+  const torch::Tensor idx =
+      torch::stack({choice.index_select(0, first), choice.index_select(0, (first + 1) % 3)}, 1);
+  const torch::Tensor w = torch::rand({N, k}, opts).requires_grad_(true);
+  const torch::Tensor probe = torch::randn({N, C}, opts);
+
+  const auto grads_of = [&](const torch::Tensor& y) {
+    std::vector<torch::Tensor> wrt{x, w};
+    for (int64_t e = 0; e < E; ++e) {
+      wrt.push_back(ex.up[e]);
+      wrt.push_back(ex.down[e]);
+    }
+    return torch::autograd::grad({(y * probe).sum()}, wrt, {}, /*retain_graph=*/false,
+                                 /*create_graph=*/false, /*allow_unused=*/true);
+  };
+  const ExpertFn fn = [&](int64_t e, const torch::Tensor& rows) { return ex.run(e, rows); };
+  const torch::Tensor ys = dispatch_sorted(x, idx, w, E, fn);
+  const torch::Tensor yd = dispatch_dense(x, idx, w, E, fn);
+  EXPECT_TRUE(test::close(ys, yd, 1e-12));
+  const auto gs = grads_of(dispatch_sorted(x, idx, w, E, fn));
+  const auto gd = grads_of(dispatch_dense(x, idx, w, E, fn));
+  ASSERT_EQ(gs.size(), gd.size());
+  for (size_t i = 0; i < gs.size(); ++i) {
+    ASSERT_TRUE(gs[i].defined()) << "gradient " << i << " of the sorted dispatch is undefined";
+    if (i == 2 + 2 * 2 || i == 3 + 2 * 2) {  // expert 2: no token, zero gradient
+      EXPECT_EQ(gs[i].abs().max().item<double>(), 0.0) << i;
+      continue;
+    }
+    EXPECT_TRUE(test::close(gs[i], gd[i], 1e-12)) << "gradient " << i;
+  }
+  // The check can fail: swapping the two weights of every token moves the output by O(1).
+  const torch::Tensor swapped = dispatch_sorted(x, idx, w.flip(1), E, fn);
+  EXPECT_GT(test::max_rel_error(swapped, yd), 1e-2);
+}
+
+// A zero router gives every expert probability 1/E: then P_e = 1/E, so the load-balancing loss
+// E * sum_e f_e P_e = sum_e f_e = 1 whatever the top-k picks, and the z-loss is (log E)^2 exactly
+// (logsumexp of E zeros). Both follow from the definitions alone.
+TEST(Moe, UniformRouterGivesUnitBalanceLossAndLogESquaredZLoss) {
+  ModelConfig cfg = moe_config(Scheme::PreNorm, 5, 2, false);
+  Moe moe(cfg);
+  moe->to(torch::kDouble);
+  {
+    torch::NoGradGuard no_grad;
+    moe->router->weight.zero_();
+  }
+  const torch::Tensor x = torch::randn({2, 7, cfg.d_model}, torch::kDouble);
+  moe(x);
+  EXPECT_NEAR(moe->last.lb.item<double>(), 1.0, 1e-14);
+  EXPECT_NEAR(moe->last.z.item<double>(), std::pow(std::log(5.0), 2), 1e-14);
+  EXPECT_NEAR(moe->last.entropy.item<double>(), std::log(5.0), 1e-14);
+  EXPECT_EQ(moe->last.counts.sum().item<int64_t>(), 2 * 7 * 2);
+}
+
+// With every token on one expert, f = e_0 and the loss is E * P_0 with P_0 near 1: near E, its
+// maximum. The router row of expert 0 is all ones and the others zero, and the inputs are
+// offset by 30, so expert 0's logit (about 30 C = 480) beats the others' 0 by hundreds.
+// Renormalised top-1 weights are p / p = 1 exactly.
+TEST(Moe, CollapsedRoutingGivesBalanceLossNearE) {
+  ModelConfig cfg = moe_config(Scheme::PreNorm, 4, 1, true);
+  Moe moe(cfg);
+  moe->to(torch::kDouble);
+  {
+    torch::NoGradGuard no_grad;
+    moe->router->weight.zero_();
+    moe->router->weight[0].fill_(1.0);
+  }
+  const torch::Tensor x = torch::randn({3, 5, cfg.d_model}, torch::kDouble) + 30.0;
+  const Routing r = moe->route(x.reshape({-1, cfg.d_model}));
+  EXPECT_TRUE(torch::equal(r.weights, torch::ones_like(r.weights)));
+  moe(x);
+  EXPECT_EQ(moe->last.counts[0].item<int64_t>(), 15);
+  EXPECT_GT(moe->last.lb.item<double>(), 4.0 * (1.0 - 1e-12));
+  EXPECT_LE(moe->last.lb.item<double>(), 4.0 + 1e-12);
+}
+
+// One expert, top-1, renormalised: the weight is p / p = 1, so the block's MLP is that expert,
+// and the model equals the dense model whose MLP has the expert's weights (float64; the same
+// operations in the same order up to the gather and index_add of one row each: 1e-10 relative
+// is far above that rounding). The aux losses are left out (weights 0): lb is 1 and the z-loss
+// logit^2 in the MoE model, with no counterpart in the dense one.
+TEST(Moe, OneExpertTopOneEqualsTheDenseModel) {
+  for (const Scheme scheme : {Scheme::PreNorm, Scheme::SiameseHybrid, Scheme::DeepNorm}) {
+    SCOPED_TRACE(enum_name(scheme));
+    ModelConfig mc = moe_config(scheme, 1, 1, true);
+    mc.moe.d_expert = mc.d_ff;
+    mc.moe.lb_loss_weight = 0.0;
+    mc.moe.z_loss_weight = 0.0;
+    ModelConfig dc = mc;
+    dc.moe.n_experts = 0;
+    torch::manual_seed(5);
+    DecoderLM moe(mc);
+    DecoderLM dense(dc);
+    moe->to(torch::kDouble);
+    dense->to(torch::kDouble);
+    {
+      torch::NoGradGuard no_grad;
+      auto mp = moe->named_parameters();
+      for (auto& p : dense->named_parameters()) {
+        std::string name = p.key();
+        const auto at = name.find("mlp.");
+        if (at != std::string::npos && name.find("_norm") == std::string::npos)
+          name.replace(at, 4, "mlp.experts.0.");
+        p.value().copy_(mp[name]);
+      }
+    }
+    torch::manual_seed(6);
+    const torch::Tensor tokens = torch::randint(mc.vocab_size, {2, 9}, torch::kLong);
+    const LossOutput a = moe->loss(tokens, tokens.roll(-1, 1));
+    const LossOutput b = dense->loss(tokens, tokens.roll(-1, 1));
+    EXPECT_TRUE(test::close_per_element(a.logits, b.logits, 1e-10, 1e-13));
+    a.loss.backward();
+    b.loss.backward();
+    auto mp = moe->named_parameters();
+    for (const auto& p : dense->named_parameters()) {
+      std::string name = p.key();
+      const auto at = name.find("mlp.");
+      if (at != std::string::npos && name.find("_norm") == std::string::npos)
+        name.replace(at, 4, "mlp.experts.0.");
+      EXPECT_TRUE(test::close_per_element(mp[name].grad(), p.value().grad(), 1e-10, 1e-13)) << name;
+    }
+  }
+}
+
+// The names of an MoE block's MLP, and `every`: blocks 0, k, 2k, ... are MoE, the others dense.
+TEST(Moe, ParameterNamesAndEvery) {
+  ModelConfig cfg = moe_config(Scheme::PreNorm, 3, 2, false);
+  cfg.n_layers = 4;
+  cfg.moe.every = 2;
+  DecoderLM model(cfg, torch::kMeta);
+  const auto params = model->named_parameters();
+  EXPECT_TRUE(params.contains("blocks.0.mlp.router.weight"));
+  EXPECT_EQ(params["blocks.0.mlp.router.weight"].sizes(), torch::IntArrayRef({3, 16}));
+  EXPECT_EQ(params["blocks.2.mlp.experts.2.up.weight"].sizes(), torch::IntArrayRef({24, 16}));
+  EXPECT_EQ(params["blocks.2.mlp.experts.2.down.weight"].sizes(), torch::IntArrayRef({16, 12}));
+  EXPECT_FALSE(params.contains("blocks.0.mlp.up.weight"));
+  EXPECT_TRUE(params.contains("blocks.1.mlp.up.weight"));
+  EXPECT_TRUE(params.contains("blocks.3.mlp.up.weight"));
+  EXPECT_FALSE(params.contains("blocks.1.mlp.router.weight"));
+  ASSERT_EQ(model->moe.size(), 2u);
+  EXPECT_EQ(model->moe[0].first, 0);
+  EXPECT_EQ(model->moe[1].first, 2);
+}
+
+// The model's loss adds the weighted aux losses, averaged over the MoE layers.
+TEST(Moe, LossAddsWeightedAuxLossesAveragedOverLayers) {
+  ModelConfig cfg = moe_config(Scheme::PreNorm, 4, 2, false);
+  cfg.moe.lb_loss_weight = 0.3;
+  cfg.moe.z_loss_weight = 0.7;
+  torch::manual_seed(2);
+  DecoderLM model(cfg);
+  model->to(torch::kDouble);
+  const torch::Tensor tokens = torch::randint(cfg.vocab_size, {2, 6}, torch::kLong);
+  const LossOutput out = model->loss(tokens, tokens.roll(-1, 1));
+  ASSERT_EQ(model->moe.size(), 2u);
+  const double lb =
+      (model->moe[0].second->last.lb + model->moe[1].second->last.lb).item<double>() / 2;
+  const double z = (model->moe[0].second->last.z + model->moe[1].second->last.z).item<double>() / 2;
+  EXPECT_NEAR(out.lb.item<double>(), lb, 1e-15);
+  EXPECT_NEAR(out.router_z.item<double>(), z, 1e-15);
+  EXPECT_NEAR(out.loss.item<double>(), out.ce.item<double>() + 0.3 * lb + 0.7 * z, 1e-14);
+  EXPECT_GT(lb, 0.9);  // at least ~1 (its minimum is 1 only in expectation over f and P)
+  EXPECT_GT(z, 0.0);
+}
+
+std::string moe_error(const std::function<void(MoeOptions&)>& edit) {
+  ModelConfig c = moe_config(Scheme::PreNorm, 4, 2, false);
+  edit(c.moe);
+  try {
+    validate(c);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Moe, BadValuesNameTheirKey) {
+  EXPECT_EQ(moe_error([](MoeOptions&) {}), "");
+  EXPECT_NE(moe_error([](MoeOptions& m) { m.top_k = 5; }).find("model.moe.top_k = 5"),
+            std::string::npos);
+  EXPECT_NE(moe_error([](MoeOptions& m) { m.top_k = 0; }).find("model.moe.top_k"),
+            std::string::npos);
+  EXPECT_NE(moe_error([](MoeOptions& m) { m.n_experts = -1; }).find("model.moe.n_experts"),
+            std::string::npos);
+  EXPECT_NE(moe_error([](MoeOptions& m) { m.d_expert = -3; }).find("model.moe.d_expert"),
+            std::string::npos);
+  EXPECT_NE(moe_error([](MoeOptions& m) { m.every = 0; }).find("model.moe.every"),
+            std::string::npos);
+  EXPECT_NE(
+      moe_error([](MoeOptions& m) { m.lb_loss_weight = -1; }).find("model.moe.lb_loss_weight"),
+      std::string::npos);
+  EXPECT_NE(moe_error([](MoeOptions& m) { m.z_loss_weight = -1; }).find("model.moe.z_loss_weight"),
+            std::string::npos);
+  // n_experts 0 is the dense model: the other keys are not checked.
+  EXPECT_EQ(moe_error([](MoeOptions& m) {
+              m.n_experts = 0;
+              m.top_k = 99;
+            }),
+            "");
+}
+
+}  // namespace
+}  // namespace normlab
