@@ -50,6 +50,13 @@ void FeedForward::scale_(double beta) {
     }
 }
 
+void FeedForward::scale_output_(double m) {
+  torch::NoGradGuard no_grad;
+  if (dense) dense->down->weight.mul_(m);
+  if (moe)
+    for (auto& e : moe->experts) e->down->weight.mul_(m);
+}
+
 double siamese_depth_scale(const ModelConfig& cfg, int64_t layer) {
   return cfg.siamese.depth_scale ? std::sqrt(2.0 * static_cast<double>(layer + 1)) : 1.0;
 }

@@ -152,7 +152,7 @@ class HyperBlock : public SchemeBlockImpl {
       const double m = std::sqrt(static_cast<double>(cfg.hyper.n));
       torch::NoGradGuard no_grad;
       f.attn->out->weight.mul_(m);
-      f.mlp->down->weight.mul_(m);
+      f.mlp.scale_output_(m);
     }
   }
 

@@ -47,6 +47,8 @@ struct FeedForward {
   /// Multiplies the output-path matrices (the MLP's, or every expert's, up and down; not the
   /// router) by `beta` in place: DeepNorm's init scaling.
   void scale_(double beta);
+  /// Multiplies the output projections only (the MLP's down, or every expert's) by `m` in place.
+  void scale_output_(double m);
 };
 
 /// The block's attention and MLP branches, registered as "attn" and "mlp" and initialised.
