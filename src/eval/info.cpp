@@ -75,8 +75,8 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const MemoryPlan& plan) {
     // unit's full fp32 gradient before it is reduce-scattered (and, overlapped, the previous
     // unit's while its reduce-scatter runs); reducing per step keeps every unit's gradient
     // summed over the micro-steps, unsharded.
-    m.working = 2.0 * act_bytes * largest_unit + 4.0 * largest_unit *
-                                                     (plan.overlap_reduce ? 2.0 : 1.0);
+    m.working =
+        2.0 * act_bytes * largest_unit + 4.0 * largest_unit * (plan.overlap_reduce ? 2.0 : 1.0);
     if (plan.reduce_per_step) m.working += 4.0 * N;
   } else if (plan.bf16) {
     m.working = 2.0 * N;  // autocast's bf16 copy of every weight matrix

@@ -72,7 +72,7 @@ struct StepMetrics {
   bool finite = true;      // loss and gradient norm finite
   bool skipped = false;    // not finite, and train.skip_nonfinite skipped the update
   bool spike = false;
-  double seconds = 0.0;  // the step's wall time (synchronised on CUDA)
+  double seconds = 0.0;             // the step's wall time (synchronised on CUDA)
   double comm_wait_seconds = -1.0;  // FSDP: waited for gathers and reductions (-1: no FSDP)
 };
 

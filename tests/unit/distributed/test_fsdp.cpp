@@ -226,10 +226,12 @@ TEST(Fsdp, ReducingOncePerStepEqualsReducingEveryMicroStep) {
   const int world = 2, micro = 3;
   torch::manual_seed(3);
   const torch::Tensor tokens = torch::randint(cfg.vocab_size, {world * micro * 2, 6}, torch::kLong);
-  const torch::Tensor targets = torch::randint(cfg.vocab_size, {world * micro * 2, 6}, torch::kLong);
+  const torch::Tensor targets =
+      torch::randint(cfg.vocab_size, {world * micro * 2, 6}, torch::kLong);
   double loss = 0.0;
   const auto ref = reference_grads(cfg, tokens, targets, &loss);
-  const auto every = accumulated_gradients(cfg, world, micro, false, FsdpOptions{}, tokens, targets);
+  const auto every =
+      accumulated_gradients(cfg, world, micro, false, FsdpOptions{}, tokens, targets);
   const auto once = accumulated_gradients(cfg, world, micro, true, FsdpOptions{}, tokens, targets);
   const int units = static_cast<int>(cfg.n_layers) + 1;
   for (int r = 0; r < world; ++r) {
