@@ -16,7 +16,10 @@ normlab=$1 src=$2 kjv=$3 python=$4 work=$5
 MARGIN=2.0 LB_MAX=1.25
 rm -rf "$work" && mkdir -p "$work"
 export OMP_NUM_THREADS=1
-schemes=$(cd "$src/configs/1.3b" && ls *.yaml | sed 's/\.yaml$//' | grep -v '^base$')
+# (Other files there, such as hyper_dhc2.yaml, are variants: their scheme is not their name.)
+schemes=$(for f in "$src"/configs/1.3b/*.yaml; do
+            s=$(basename "$f" .yaml)
+            [ "$("$normlab" config --config "$f" | grep -c "^  scheme: $s\$")" -gt 0 ] && echo "$s" || true; done)
 for s in $schemes; do
   "$normlab" train --config "$src/configs/moe/tiny.yaml" --set model.scheme=$s \
     --set "data.train=$kjv/shards" --set "data.tokenizer=$kjv/tokenizer.model" \
