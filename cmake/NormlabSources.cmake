@@ -49,6 +49,7 @@ set(NORMLAB_SOURCES
   nn/schemes/hybrid_norm.cpp
   nn/schemes/hybrid_norm_star.cpp
   nn/schemes/hyper.cpp
+  nn/schemes/hyper_connection.cpp
   nn/schemes/mix_ln.cpp
   nn/schemes/peri_norm.cpp
   nn/schemes/post_norm.cpp

@@ -10,15 +10,6 @@
 namespace normlab::config_schema {
 
 template <class V>
-void visit(V& v, SiameseOptions& s) {
-  v("depth_scale", s.depth_scale,
-    "divide the X-stream update by c_l = sqrt(2(l+1)) (off: c_l = 1)");
-  v("input_norm", s.input_norm, "normalized input fusion: N_in before each shared branch");
-  v("output_fusion", s.output_fusion,
-    "end of network: code = N(N_x(X) + N_y(Y)), paper = N_x(X) + N_y(Y)");
-}
-
-template <class V>
 void visit(V& v, HyperOptions& h) {
   v("variant", h.variant,
     "hc = Hyper-Connections; mhc = manifold-constrained (sigmoid H_pre, H_post, Sinkhorn H_res)");
@@ -28,6 +19,28 @@ void visit(V& v, HyperOptions& h) {
   v("tanh", h.tanh, "hc, DHC: tanh on the dynamic projections");
   v("out_std_mult", h.out_std_mult,
     "init std of the attention and MLP output projections times 1 or sqrt_n");
+}
+
+template <class V>
+void visit(V& v, SiameseHyperOptions& h) {
+  v("variant", h.variant, "hc or mhc, as model.hyper.variant");
+  v("n", h.n,
+    "hyper-streams of the Pre-Norm-like stream Y (1, 2, 4 or 8); 0 = off, the plain Y stream");
+  v("dynamic", h.dynamic, "hc: dynamic connections (DHC), as model.hyper.dynamic");
+  v("tanh", h.tanh, "hc, DHC: tanh on the dynamic projections");
+  v("out_std_mult", h.out_std_mult,
+    "init std of the shared attention and MLP output projections times 1 or sqrt_n");
+}
+
+template <class V>
+void visit(V& v, SiameseOptions& s) {
+  v("depth_scale", s.depth_scale,
+    "divide the X-stream update by c_l = sqrt(2(l+1)) (off: c_l = 1)");
+  v("input_norm", s.input_norm, "normalized input fusion: N_in before each shared branch");
+  v("output_fusion", s.output_fusion,
+    "end of network: code = N(N_x(X) + N_y(Y)), paper = N_x(X) + N_y(Y)");
+  v.section("hyper", s.hyper,
+            "SiameseNorm x Hyper-Connections: Y as n hyper-streams (docs/schemes.md)");
 }
 
 template <class V>

@@ -106,10 +106,15 @@ void logit_lens(DecoderLMImpl& model, const torch::Tensor& logits, const StreamL
   const torch::Tensor model_top = logits.detach().argmax(-1);
   for (const auto& [name, hs] : streams) {
     PerStream lens{name, {}};
-    for (const auto& h : *hs) {
-      const torch::Tensor hd = h.detach();
-      Streams alone = twin ? (name == "x" ? Streams{hd, torch::zeros_like(hd)}
-                                          : Streams{torch::zeros_like(hd), hd})
+    for (size_t i = 0; i < hs->size(); ++i) {
+      const torch::Tensor hd = (*hs)[i].detach();
+      // The other stream as zeros of its own shape (Y may be hyper-streams, (B, T, n, C)).
+      const auto other = [&](const char* s) {
+        for (const auto& [n, list] : streams)
+          if (n == s) return torch::zeros_like((*list)[i]);
+        return torch::Tensor();
+      };
+      Streams alone = twin ? (name == "x" ? Streams{hd, other("y")} : Streams{other("x"), hd})
                            : Streams{hd, {}};
       const torch::Tensor top =
           torch::matmul(model.fuse(alone), model.head_weight().t()).argmax(-1);

@@ -25,6 +25,7 @@ ParamCounts count_parameters(const ModelConfig& cfg) {
     const std::string& name = p.key();
     const int64_t n = p.value().numel();
     c.total += n;
+    if (name.find("_hc.") != std::string::npos) c.connections += n;
     if (name == "embed.weight")
       c.embedding += n;
     else if (name == "head.weight")
@@ -87,9 +88,16 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const MemoryPlan& plan) {
   const double d = static_cast<double>(cfg.d_model), dff = static_cast<double>(cfg.d_ff);
   const double H = static_cast<double>(cfg.n_heads), Hk = static_cast<double>(cfg.kv_heads());
   const double D = static_cast<double>(cfg.head_dim());
-  const bool hyper = cfg.scheme == Scheme::Hyper;
-  const double n = static_cast<double>(cfg.hyper.n);
-  const double streams = hyper ? n : scheme_is_two_stream(cfg.scheme) ? 2.0 : 1.0;
+  // Hyper-Connections: hyper's n streams, or SiameseNorm's Y as n hyper-streams beside X.
+  const bool siamese_hc = (cfg.scheme == Scheme::Siamese || cfg.scheme == Scheme::SiameseHybrid) &&
+                          cfg.siamese.hyper.enabled();
+  const bool hyper = cfg.scheme == Scheme::Hyper || siamese_hc;
+  const HyperOptions& ho = siamese_hc ? cfg.siamese.hyper : cfg.hyper;
+  const double n = static_cast<double>(ho.n);
+  const double streams = siamese_hc                         ? 1.0 + n
+                         : hyper                            ? n
+                         : scheme_is_two_stream(cfg.scheme) ? 2.0
+                                                            : 1.0;
   DecoderLM model(cfg, torch::kMeta);
   double vectors = 0;  // d-wide gains (norms, c1) in block 0: each keeps a fp32 d-vector
   for (const auto& p : model->scheme_blocks[0]->named_parameters())
@@ -98,7 +106,7 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const MemoryPlan& plan) {
       vectors += 1;
   // Hyper-Connections, per HC layer (2 per block): the fp32 state H (n d) for the width
   // connection's matmul, and with DHC or mHC its normalised copy (n d) for the projections.
-  const bool projected = cfg.hyper.dynamic || cfg.hyper.variant == HyperVariant::Mhc;
+  const bool projected = ho.dynamic || ho.variant == HyperVariant::Mhc;
   const double hc = hyper ? 2.0 * 4.0 * n * d * (projected ? 2.0 : 1.0) : 0.0;
   const double qkv_rows = (H + 2 * Hk) * D;
   const double attn = act_bytes * (d + qkv_rows + (H + Hk) * D + d) +

@@ -70,6 +70,9 @@ void validate(const ModelConfig& c) {
     require_model(*c.deep_norm_beta > 0, "deep_norm_beta", *c.deep_norm_beta, "must be positive");
   const int64_t n = c.hyper.n;
   require_model(n == 1 || n == 2 || n == 4 || n == 8, "hyper.n", n, "must be 1, 2, 4 or 8");
+  const int64_t sn = c.siamese.hyper.n;
+  require_model(sn == 0 || sn == 1 || sn == 2 || sn == 4 || sn == 8, "siamese.hyper.n", sn,
+                "must be 0 (off), 1, 2, 4 or 8");
   if (c.mix_ln_post_layers)
     require_model(*c.mix_ln_post_layers >= 0 && *c.mix_ln_post_layers <= c.n_layers,
                   "mix_ln_post_layers", *c.mix_ln_post_layers, "must lie in [0, model.n_layers]");

@@ -60,6 +60,10 @@ std::string export_model_hf(const std::string& source, const std::string& out_di
   if (model.scheme == Scheme::Hyper)  // modeling_normlab.py has no Hyper-Connections yet
     throw ConfigError(source + ": model.scheme = hyper: the Hugging Face export does not " +
                       "support Hyper-Connections yet");
+  if (model.siamese.hyper.enabled())
+    throw ConfigError(source +
+                      ": model.siamese.hyper.n = " + std::to_string(model.siamese.hyper.n) +
+                      ": the Hugging Face export does not support Hyper-Connections yet");
   const int64_t max_length = m.seq_len > 0 ? m.seq_len : 2048;
   nlohmann::json config = model_keys_json(model);
   config.update({{"architectures", {"NormlabForCausalLM"}},

@@ -66,6 +66,9 @@ void olmo_check_config(const ModelConfig& cfg) {
     throw ConfigError("model.scheme = " + std::string(enum_name(cfg.scheme)) +
                       ": the official SiameseNorm code's checkpoints hold siamese_hybrid "
                       "(hybrid-pre) models only");
+  if (cfg.siamese.hyper.enabled())
+    throw ConfigError("model.siamese.hyper.n = " + std::to_string(cfg.siamese.hyper.n) +
+                      ": the official SiameseNorm code has no Hyper-Connections");
   if (cfg.tie_embeddings)
     throw ConfigError(
         "model.tie_embeddings = true: the official SiameseNorm code's hybrid-pre model has an "

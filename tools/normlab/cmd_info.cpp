@@ -88,6 +88,16 @@ int run_info(const InfoOptions& o) {
                 << grouped(c.per_block[l]) << "\n";
   }
   std::cout << "  end norms           " << grouped(c.ends) << "\n";
+  if (c.connections > 0) {  // hyper's streams, or SiameseNorm's Y as hyper-streams
+    const bool y = m.scheme != Scheme::Hyper;
+    const HyperOptions& h = y ? m.siamese.hyper : m.hyper;
+    std::cout << "  HC connections      " << grouped(c.connections) << "  (" << (y ? "Y as " : "")
+              << h.n << " "
+              << (h.variant == HyperVariant::Mhc ? "mHC"
+                  : h.dynamic                    ? "DHC"
+                                                 : "SHC")
+              << " streams, 2 layers per block; in the blocks' counts)\n";
+  }
   if (c.base != m.scheme) {
     char pct[32];
     std::snprintf(pct, sizeof pct, "%.4f %%",

@@ -18,6 +18,7 @@ struct ParamCounts {
   int64_t head = 0;                // head.weight (0 when tied)
   std::vector<int64_t> per_block;  // blocks.<l>.*
   int64_t ends = 0;                // the scheme's end-of-network norms
+  int64_t connections = 0;         // Hyper-Connections layers (blocks.<l>.*_hc.*; in per_block)
   Scheme base = Scheme::PreNorm;   // the single-stream scheme the overhead is counted against
   int64_t base_total = 0;          // total of `base` with the same config
   int64_t extra() const { return total - base_total; }

@@ -37,15 +37,8 @@ template <> struct EnumNames<HyperOutStd> {
 };
 // clang-format on
 
-/// SiameseNorm's ablation switches (docs/paper.md, Ablation switches); read only by siamese and
-/// siamese_hybrid.
-struct SiameseOptions {
-  bool depth_scale = true;
-  bool input_norm = true;
-  OutputFusion output_fusion = OutputFusion::Code;
-};
-
-/// Hyper-Connections' options (docs/schemes.md, hyper); read only by the hyper scheme.
+/// Hyper-Connections' options (docs/schemes.md, hyper); read only by the hyper scheme (and, as
+/// model.siamese.hyper, by siamese and siamese_hybrid).
 struct HyperOptions {
   HyperVariant variant = HyperVariant::Hc;  // hc: Hyper-Connections; mhc: manifold-constrained
   int64_t n = 2;                            // expansion rate: 1, 2, 4 or 8 streams
@@ -53,6 +46,22 @@ struct HyperOptions {
   bool tanh = true;                         // hc: tanh on the dynamic projections
   // The init std of attn.out and mlp.down: x 1 or x sqrt(n).
   HyperOutStd out_std_mult = HyperOutStd::One;
+};
+
+/// SiameseNorm x Hyper-Connections (docs/schemes.md): the Pre-Norm-like stream Y as n
+/// hyper-streams with hyper's connections; n = 0 (the default) keeps the single Y stream.
+struct SiameseHyperOptions : HyperOptions {
+  SiameseHyperOptions() { n = 0; }
+  bool enabled() const { return n > 0; }
+};
+
+/// SiameseNorm's ablation switches (docs/paper.md, Ablation switches); read only by siamese and
+/// siamese_hybrid.
+struct SiameseOptions {
+  bool depth_scale = true;
+  bool input_norm = true;
+  OutputFusion output_fusion = OutputFusion::Code;
+  SiameseHyperOptions hyper;
 };
 
 /// Mixture-of-Experts feed-forward (OLMoE/Switch style): in every `every`-th block (0, every,

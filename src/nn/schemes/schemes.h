@@ -68,10 +68,15 @@ std::function<torch::Tensor(const Streams&)> final_norm_exit(const ModelConfig& 
                                                              torch::Device device);
 
 /// SiameseNorm's end-of-network fusion, registered on `owner` (final_norm_x, final_norm_y and,
-/// in the code form, final_norm):  code: Z = N(N_x(X) + N_y(Y));  paper: Z = N_x(X) + N_y(Y).
+/// in the code form, final_norm):  code: Z = N(N_x(X) + N_y(Y));  paper: Z = N_x(X) + N_y(Y);
+/// with model.siamese.hyper, Y is the sum of its hyper-streams.
 std::function<torch::Tensor(const Streams&)> siamese_exit(const ModelConfig& cfg,
                                                           torch::nn::Module& owner,
                                                           torch::Device device);
+
+/// SiameseNorm's entry: both streams the embedding; with model.siamese.hyper, Y as n copies of it
+/// (B, T, n, C).
+std::function<Streams(const torch::Tensor&)> siamese_enter(const ModelConfig& cfg);
 
 /// make_blocks' factory for a block class constructed as Block(cfg, layer, device).
 template <class Block>
