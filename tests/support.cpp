@@ -126,11 +126,15 @@ Golden load_golden(const std::string& name, const std::string& dir) {
       j.at("siamese_output_fusion").get<std::string>(), "output_fusion");
   c.deep_norm_alpha = optional_field<double>(j, "deep_norm_alpha");
   c.mix_ln_post_layers = optional_field<int64_t>(j, "mix_ln_post_layers");
-  if (j.contains("hyper_n")) {  // hyper's goldens (tests/reference/hyper_ref.py)
-    c.hyper.n = j.at("hyper_n");
-    c.hyper.dynamic = j.at("hyper_dynamic");
-    c.hyper.tanh = j.at("hyper_tanh");
-    c.hyper.variant =
+  // hyper's goldens (tests/reference/hyper_ref.py) into model.hyper; SiameseNorm x HC's
+  // (tests/reference/siamese_hyper_ref.py) into model.siamese.hyper.
+  if (j.contains("hyper_n")) {
+    const bool siamese = c.scheme == Scheme::Siamese || c.scheme == Scheme::SiameseHybrid;
+    HyperOptions& h = siamese ? static_cast<HyperOptions&>(c.siamese.hyper) : c.hyper;
+    h.n = j.at("hyper_n");
+    h.dynamic = j.at("hyper_dynamic");
+    h.tanh = j.at("hyper_tanh");
+    h.variant =
         enum_from_name<HyperVariant>(j.at("hyper_variant").get<std::string>(), "hyper_variant");
   }
   g.z_loss = j.at("z_loss");

@@ -86,6 +86,10 @@ def recompute(committed, cfg):
     if cfg.get("moe_n_experts"):  # the MoE goldens (moe_ref.py)
         import moe_ref
         return {k: v.double() for k, v in moe_ref.outputs(params, cfg, committed["tokens"]).items()}
+    if "hyper_n" in cfg:  # Hyper-Connections: hyper (hyper_ref.py) or SiameseNorm x HC
+        import hyper_ref
+        import siamese_hyper_ref
+        ref = hyper_ref if cfg["scheme"] == "hyper" else siamese_hyper_ref
     logits, loss, grads = ref.logits_loss_grads(params, cfg, committed["tokens"])
     out = {"logits": logits.double(), "loss": loss.double().reshape(())}
     out.update({f"grad.{n}": g.double() for n, g in grads.items()})

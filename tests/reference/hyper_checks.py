@@ -184,18 +184,22 @@ def float32_rounding_of_dhc_goldens(check, folder):
     from safetensors.torch import load_file
 
     worst = (0.0, "")
+    import siamese_hyper_ref
+
     for f in sorted(os.listdir(folder)):
-        if not f.startswith("hyper") or not f.endswith(".safetensors"):
+        if not f.endswith(".safetensors"):
             continue
         path = os.path.join(folder, f)
         with safe_open(path, "pt") as h:
             cfg = json.loads(h.metadata()["config"])
-        if cfg["hyper_variant"] == "hc" and not cfg["hyper_dynamic"]:
+        # hyper's cases and SiameseNorm x HC's (the C++ test gives both the DHC bound)
+        if "hyper_n" not in cfg or (cfg["hyper_variant"] == "hc" and not cfg["hyper_dynamic"]):
             continue
+        model = hyper_ref if cfg["scheme"] == "hyper" else siamese_hyper_ref
         T = load_file(path)
         names = [k[len("param."):] for k in T if k.startswith("param.")]
         P = {n: T["param." + n].clone().requires_grad_(True) for n in names}
-        logits, loss = hyper_ref.model_forward(P, cfg, T["tokens"])
+        logits, loss = model.model_forward(P, cfg, T["tokens"])
         grads = torch.autograd.grad(loss, [P[n] for n in names])
         largest = max(T["grad." + n].abs().max().item() for n in names)
         for what, ours, ref64 in [("logits", logits, T["logits"])] + [

@@ -31,6 +31,7 @@ from safetensors.torch import save_file  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hyper_ref  # noqa: E402
 import normlab_ref as ref  # noqa: E402
+import siamese_hyper_ref  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -105,12 +106,21 @@ CASES = [
     ("hyper_dhc4", "hyper", compact(hyper_n=4)),
     ("hyper_dhc4_no_tanh", "hyper", compact(hyper_n=4, hyper_tanh=False)),
     ("hyper_mhc4", "hyper", compact(hyper_n=4, hyper_variant="mhc")),
+    # SiameseNorm x Hyper-Connections (siamese_hyper_ref.py): Y as 2 DHC streams, siamese_hybrid
+    # on the default model (as hyper's 2xDHC), siamese on the compact one
+    ("siamese_hybrid_hyper_dhc2", "siamese_hybrid", {"hyper_n": 2}),
+    ("siamese_hyper_dhc2", "siamese", compact(hyper_n=2)),
 ]
 
 
-def reference_for(scheme):
-    """The reference module of a scheme: hyper_ref for hyper, normlab_ref for the others."""
-    return hyper_ref if scheme == "hyper" else ref
+def reference_for(scheme, overrides=None):
+    """The reference module of a case: hyper_ref for hyper, siamese_hyper_ref for siamese and
+    siamese_hybrid with hyper_* keys (Y as hyper-streams), normlab_ref for the others."""
+    if scheme == "hyper":
+        return hyper_ref
+    if scheme in siamese_hyper_ref.SCHEMES and any(k.startswith("hyper_") for k in overrides or {}):
+        return siamese_hyper_ref
+    return ref
 
 
 def make_tokens(cfg, seed):
@@ -121,7 +131,7 @@ def make_tokens(cfg, seed):
 
 def build_case(index, scheme, overrides):
     seed = index + 1
-    r = reference_for(scheme)
+    r = reference_for(scheme, overrides)
     cfg = r.make_config(scheme, **overrides)
     params = r.init_params(cfg, seed, dtype=torch.float32)
     tokens = make_tokens(cfg, seed)

@@ -25,6 +25,7 @@ import torch.nn.functional as F  # noqa: E402
 import compare_goldens  # noqa: E402
 import hyper_checks  # noqa: E402
 import normlab_ref as ref  # noqa: E402
+import siamese_hyper_checks  # noqa: E402
 
 DT = torch.float64
 FAILURES = []
@@ -406,7 +407,7 @@ def finite_difference_grads():
 
 def check_golden_file(case, scheme, overrides, T, cfg):
     """Problems with one golden file (an empty list when it is right)."""
-    ref = make_goldens.reference_for(scheme)  # noqa: F811 (hyper_ref for hyper)
+    ref = make_goldens.reference_for(scheme, overrides)  # noqa: F811 (hyper_ref for hyper)
     problems = []
     if cfg != ref.make_config(scheme, **overrides):
         problems.append("config differs from make_goldens.py's case")
@@ -508,6 +509,7 @@ def main():
     param_overhead()
     finite_difference_grads()
     hyper_checks.run(check, maxdiff, tokens_for, args.golden if os.path.isdir(args.golden) else None)
+    siamese_hyper_checks.run(check, maxdiff, tokens_for)
     if os.path.isdir(args.golden):
         check_goldens(args.golden)
     else:

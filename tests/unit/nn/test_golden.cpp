@@ -79,6 +79,15 @@ double largest_gradient(const test::Golden& g) {
   return m;
 }
 
+// Cases with dynamic Hyper-Connections (DHC or mHC), in hyper or on SiameseNorm's Y stream.
+bool dynamic_connections(const ModelConfig& c) {
+  const auto dynamic = [](const HyperOptions& h) {
+    return h.dynamic || h.variant == HyperVariant::Mhc;
+  };
+  if (c.scheme == Scheme::Hyper) return dynamic(c.hyper);
+  return c.siamese.hyper.enabled() && dynamic(c.siamese.hyper);
+}
+
 }  // namespace
 
 // With NORMLAB_GOLDEN_VERBOSE set, both tests print each case's largest error and where it is.
@@ -88,8 +97,7 @@ TEST_P(GoldenTest, Float32MatchesReferenceLogitsLossAndGradients) {
   const test::Golden g = test::load_golden(GetParam());
   const GoldenRun r = run_golden(GetParam(), g, torch::kFloat);
   ASSERT_EQ(r.logits.scalar_type(), torch::kFloat);
-  const bool dynamic = g.config.scheme == Scheme::Hyper &&
-                       (g.config.hyper.dynamic || g.config.hyper.variant == HyperVariant::Mhc);
+  const bool dynamic = dynamic_connections(g.config);
   const double tol = dynamic ? kGoldenFp32TolDhc : kGoldenFp32Tol;
   double worst = 0.0;
   std::string where;
@@ -136,8 +144,7 @@ TEST_P(GoldenTest, Float64MatchesReferencePerElement) {
   // Dynamic hyper cases: the absolute floor is also at least 1e-13 of the golden's largest
   // gradient, for the tensors that are tiny by cancellation (see the fp32 test): mHC's first
   // a_pre gradient, 1.6e-7 of the largest, carries float64 rounding of 3e-10 of itself.
-  const bool dynamic = g.config.scheme == Scheme::Hyper &&
-                       (g.config.hyper.dynamic || g.config.hyper.variant == HyperVariant::Mhc);
+  const bool dynamic = dynamic_connections(g.config);
   const double largest = dynamic ? largest_gradient(g) : 0.0;
   double worst = 0.0, e = 0.0;
   std::string where;
