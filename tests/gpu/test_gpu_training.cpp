@@ -77,6 +77,34 @@ TEST(GpuTraining, HyperKeepsItsStreamsFp32UnderBf16Autocast) {
   }
 }
 
+// SiameseNorm x Hyper-Connections: Y's n hyper-streams are mixed outside autocast too, so under
+// bf16 autocast they stay fp32, and the logits within bf16 precision of the fp32 model's.
+TEST(GpuTraining, SiameseHyperKeepsItsYStreamsFp32UnderBf16Autocast) {
+  NORMLAB_REQUIRE_CUDA();
+  for (const HyperVariant v : {HyperVariant::Hc, HyperVariant::Mhc}) {
+    ModelConfig c = test::tiny_config(Scheme::SiameseHybrid);
+    c.siamese.hyper.n = 4;
+    c.siamese.hyper.variant = v;
+    torch::manual_seed(3);
+    DecoderLM m(c);
+    m->to(torch::kCUDA);
+    torch::NoGradGuard g;
+    const torch::Tensor tokens = torch::randint(32, {2, 12}, torch::kLong).cuda();
+    const torch::Tensor fp32 = m->forward(tokens);
+    torch::Tensor y, bf16;
+    {
+      AutocastGuard autocast(true);
+      bf16 = m->forward(tokens, [&](std::string_view name, int64_t, const torch::Tensor& t) {
+        if (name == "y") y = t;
+      });
+    }
+    ASSERT_TRUE(y.defined());
+    EXPECT_EQ(y.dim(), 4);
+    EXPECT_EQ(y.scalar_type(), torch::kFloat) << enum_name(v);
+    EXPECT_TRUE(test::close(bf16.to(torch::kFloat).cpu(), fp32.cpu(), 5e-2)) << enum_name(v);
+  }
+}
+
 // At the 1.3B model's head shape in bf16, SDPA runs a fused kernel, not the unfused math path;
 // the matmul rate is positive and below any GPU's (a broken timer would give 0 or absurd).
 TEST(GpuTraining, AttentionRunsAFusedKernelAndTheMatmulRateIsPlausible) {

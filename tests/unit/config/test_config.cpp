@@ -120,6 +120,10 @@ TEST(Config, RejectsBadInputNamingTheSourceAndKey) {
       {"",
        {"model.hyper.out_std_mult=2"},
        "model.hyper.out_std_mult: unknown value '2' (valid: 1, sqrt_n)"},
+      {"", {"model.siamese.hyper.n=3"}, "model.siamese.hyper.n = 3: must be 0 (off), 1, 2, 4 or 8"},
+      {"",
+       {"model.siamese.hyper.variant=dhc"},
+       "model.siamese.hyper.variant: unknown value 'dhc' (valid: hc, mhc)"},
       {"",
        {"train.stepz=3"},
        "--set train.stepz=3: train.stepz: unknown key (did you mean 'train.steps'?)"},
@@ -146,6 +150,17 @@ TEST(Config, ShippedConfigsLoad) {
     EXPECT_EQ(c.model.scheme, s);
     EXPECT_EQ(c.model.d_model, 2048);
     EXPECT_EQ(c.scheduler.warmup_steps, 2000);
+  }
+  // SiameseNorm x Hyper-Connections: off by default, 2xDHC on Y in its configs.
+  EXPECT_FALSE(config_load("").model.siamese.hyper.enabled());
+  for (const char* f :
+       {"configs/1.3b/siamese_hybrid_hyper.yaml", "configs/small/siamese_hybrid_hyper.yaml",
+        "configs/tiny/siamese_hybrid_hyper.yaml"}) {
+    const ModelConfig m = config_load(std::string(NORMLAB_SOURCE_DIR) + "/" + f).model;
+    EXPECT_EQ(m.scheme, Scheme::SiameseHybrid) << f;
+    EXPECT_EQ(m.siamese.hyper.n, 2) << f;
+    EXPECT_TRUE(m.siamese.hyper.dynamic) << f;
+    EXPECT_EQ(m.siamese.hyper.variant, HyperVariant::Hc) << f;
   }
 }
 

@@ -61,15 +61,14 @@ std::map<std::string, torch::Tensor> reference_grads(const ModelConfig& cfg,
 // gradients must be the plain model's gradient of the whole batch.
 // Gathers in `gather` dtype: the reference model's weights are rounded the same way. Reductions
 // in bf16: the sums are bf16 numbers (checked exactly for W = 2, where sum / 2 stays one).
-void expect_sharded_gradients(Scheme scheme, int world, bool tied, bool reshard,
-                              bool checkpoint = false, torch::ScalarType gather = torch::kFloat,
-                              torch::ScalarType reduce = torch::kFloat) {
-  SCOPED_TRACE(std::string(enum_name(scheme)) + " W=" + std::to_string(world) +
-               (tied ? " tied" : "") + (reshard ? "" : " no-reshard") +
+void expect_sharded_gradients_of(const ModelConfig& cfg, int world, bool reshard,
+                                 bool checkpoint = false, torch::ScalarType gather = torch::kFloat,
+                                 torch::ScalarType reduce = torch::kFloat) {
+  SCOPED_TRACE(std::string(enum_name(cfg.scheme)) + " W=" + std::to_string(world) +
+               (cfg.tie_embeddings ? " tied" : "") + (reshard ? "" : " no-reshard") +
                (checkpoint ? " checkpointed" : "") +
                (gather == torch::kBFloat16 ? " bf16 gathers" : "") +
                (reduce == torch::kBFloat16 ? " bf16 sums" : ""));
-  const ModelConfig cfg = model_config(scheme, tied);
   torch::manual_seed(3);
   const int64_t B = 2 * world, T = 6;
   const torch::Tensor tokens = torch::randint(cfg.vocab_size, {B, T}, torch::kLong);
@@ -129,6 +128,20 @@ void expect_sharded_gradients(Scheme scheme, int world, bool tied, bool reshard,
     EXPECT_LE(resident[r], (total / world + 2 * 3 * world) * 2 * 4) << "rank " << r;
 }
 
+void expect_sharded_gradients(Scheme scheme, int world, bool tied, bool reshard,
+                              bool checkpoint = false, torch::ScalarType gather = torch::kFloat,
+                              torch::ScalarType reduce = torch::kFloat) {
+  expect_sharded_gradients_of(model_config(scheme, tied), world, reshard, checkpoint, gather,
+                              reduce);
+}
+
+// SiameseNorm x Hyper-Connections: X (B, T, C) beside Y's (B, T, n, C) hyper-streams.
+ModelConfig siamese_hyper_config() {
+  ModelConfig c = model_config(Scheme::SiameseHybrid, false);
+  c.siamese.hyper.n = 2;
+  return c;
+}
+
 TEST(Fsdp, ShardedGradientsEqualTheWholeBatchGradient) {
   expect_sharded_gradients(Scheme::PreNorm, 1, false, true);
   expect_sharded_gradients(Scheme::PreNorm, 2, false, true);
@@ -137,6 +150,7 @@ TEST(Fsdp, ShardedGradientsEqualTheWholeBatchGradient) {
                            false);  // tied head, gathered through backward
   expect_sharded_gradients(Scheme::ResiDual, 3, true, true);
   expect_sharded_gradients(Scheme::Hyper, 2, false, true);  // (B, T, n, C) state, scalars s
+  expect_sharded_gradients_of(siamese_hyper_config(), 3, true);
 }
 
 TEST(Fsdp, GathersAndReducesInBfloat16) {
@@ -159,6 +173,7 @@ TEST(Fsdp, ComposesWithActivationCheckpointing) {
   expect_sharded_gradients(Scheme::SiameseHybrid, 2, false, true, true);
   expect_sharded_gradients(Scheme::PreNorm, 3, true, false, true);
   expect_sharded_gradients(Scheme::Hyper, 3, false, true, true);
+  expect_sharded_gradients_of(siamese_hyper_config(), 2, false, true);
 }
 
 // W ranks run `micro` micro-steps of 2 sequences each (loss / micro, as the trainer scales it)

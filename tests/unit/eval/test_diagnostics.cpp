@@ -195,6 +195,41 @@ TEST(Diagnostics, LogitLensOfTheLastPreNormLayerIsTheModel) {
   }
 }
 
+// SiameseNorm x Hyper-Connections: Y is (B, T, n, C). With n = 1 at the HC init the model is
+// plain siamese_hybrid (tests/unit/nn/test_siamese_hyper.cpp) on the same seed (the connections
+// draw no random numbers), so every diagnostic equals the plain model's; with n = 2 the lens
+// fuses each stream alone with zeros of the other's shape.
+TEST(Diagnostics, SiameseHyperStreamsGiveThePlainModelsDiagnosticsAtOneStream) {
+  const Data d = batch();
+  const DiagnosticsReport plain =
+      run_diagnostics(*diagnostics_model_of(Scheme::SiameseHybrid, 3), d.inputs, d.targets, {});
+  for (const int64_t n : {1, 2}) {
+    ModelConfig c = test::tiny_config(Scheme::SiameseHybrid);
+    c.n_layers = 3;
+    c.siamese.hyper.n = n;
+    torch::manual_seed(0);
+    DecoderLM m(c);
+    const DiagnosticsReport r = run_diagnostics(*m, d.inputs, d.targets, {});
+    ASSERT_EQ(r.lens.size(), 2u);
+    ASSERT_EQ(r.rms.size(), 2u);
+    for (size_t s = 0; s < 2; ++s) {
+      ASSERT_EQ(r.lens[s].values.size(), 4u);
+      for (size_t i = 0; i < 4; ++i) {
+        EXPECT_GE(r.lens[s].values[i], 0.0);
+        EXPECT_LE(r.lens[s].values[i], 1.0);
+        if (n > 1) continue;
+        EXPECT_EQ(r.lens[s].values[i], plain.lens[s].values[i]) << s << " " << i;
+        EXPECT_NEAR(r.rms[s].values[i], plain.rms[s].values[i], 1e-6 * plain.rms[s].values[i]);
+        // (not at the entry: the plain model's X0 and Y0 are one tensor, the embedding, whose
+        // gradient takes both streams'; the hyper-streams are n copies of it)
+        if (i > 0)
+          EXPECT_NEAR(r.stream_grad[s].values[i], plain.stream_grad[s].values[i],
+                      1e-5 * plain.stream_grad[s].values[i]);
+      }
+    }
+  }
+}
+
 TEST(Diagnostics, JsonLineHoldsEverySection) {
   DecoderLM m = diagnostics_model_of(Scheme::SiameseHybrid, 2);
   const Data d = batch();

@@ -48,6 +48,45 @@ TEST(Info, HyperExtraParametersFollowThePapersFormula) {
   EXPECT_EQ(count_parameters(c.model).extra(), 262464);
 }
 
+// SiameseNorm x Hyper-Connections: over plain SiameseNorm, the same 2L HC layers as hyper (the
+// Y stream's connections; X and the shared branches add nothing); 262,464 for 2xDHC at 1.3B.
+TEST(Info, SiameseHyperExtraParametersAreHypersOverSiamese) {
+  for (const Scheme s : {Scheme::Siamese, Scheme::SiameseHybrid})
+    for (const bool dynamic : {false, true})
+      for (const int64_t n : {1, 2, 4}) {
+        const ModelConfig plain = test::tiny_config(s);
+        ModelConfig m = plain;
+        m.siamese.hyper.n = n;
+        m.siamese.hyper.dynamic = dynamic;
+        const int64_t per_layer = n * (n + 2) + (dynamic ? m.d_model * (n + 2) + 2 : 0);
+        EXPECT_EQ(count_parameters(m).total - count_parameters(plain).total,
+                  2 * m.n_layers * per_layer)
+            << enum_name(s) << " n=" << n << " dynamic=" << dynamic;
+        EXPECT_EQ(count_parameters(m).base, scheme_base(s));
+      }
+  const std::string dir = std::string(NORMLAB_SOURCE_DIR) + "/configs/1.3b/";
+  const ParamCounts shc = count_parameters(config_load(dir + "siamese_hybrid_hyper.yaml").model);
+  const ParamCounts plain = count_parameters(config_load(dir + "siamese_hybrid.yaml").model);
+  EXPECT_EQ(shc.total - plain.total, 262464);
+  EXPECT_EQ(shc.connections, 262464);  // what normlab info prints as "HC connections"
+  EXPECT_EQ(plain.connections, 0);
+  EXPECT_EQ(shc.extra(), plain.extra() + 262464);  // over hybrid_norm: SiameseNorm's + HC's
+}
+
+// SiameseNorm x HC: the state is X plus n Y streams, wider as n grows.
+TEST(Info, SiameseHyperActivationMemoryGrowsWithN) {
+  ModelConfig m = test::tiny_config(Scheme::SiameseHybrid);
+  MemoryPlan plan;
+  plan.activation_checkpointing = true;
+  double last = estimate_memory(m, plan).activations;
+  for (const int64_t n : {1, 2, 4, 8}) {
+    m.siamese.hyper.n = n;
+    const double a = estimate_memory(m, plan).activations;
+    EXPECT_GT(a, last) << "n=" << n;
+    last = a;
+  }
+}
+
 // The residual state is n streams: activation memory grows with n (checkpointed: the block
 // inputs are n times wider).
 TEST(Info, HyperActivationMemoryGrowsWithN) {

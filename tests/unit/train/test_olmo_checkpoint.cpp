@@ -119,6 +119,10 @@ TEST(OlmoCheckpointTest, ErrorsNameWhatDoesNotFit) {
   for (const Scheme s : {Scheme::PreNorm, Scheme::Siamese, Scheme::HybridNorm})
     EXPECT_NE(error_of([&] { olmo_check_config(test::tiny_config(s)); }).find("model.scheme"),
               std::string::npos);
+  ModelConfig hyper = test::tiny_config(Scheme::SiameseHybrid);  // Y as hyper-streams
+  hyper.siamese.hyper.n = 2;
+  EXPECT_NE(error_of([&] { olmo_check_config(hyper); }).find("model.siamese.hyper.n = 2"),
+            std::string::npos);
 }
 
 TEST(OlmoCheckpointTest, ImportedRunGivesTheSameLogits) {
