@@ -4,7 +4,8 @@
 # Python's safetensors loads; a diverging run exits 3. Run by CTest (label slow) on the
 # built-in corpus fixture. The SIGTERM arrives at a known step: NORMLAB_FAULT=raise_at_step
 # (a test-only hook of the CLI, docs/reliability.md) makes the process send it to itself after
-# step 3, through the same signal handler as a `kill -TERM` from outside.
+# step 3, taken by the same waiter thread as a `kill -TERM` from outside. Then a `kill -TERM`
+# from outside, after signal_mask.sh checked that no thread can run a handler for it.
 # Usage: train_signal_export.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
 set -euo pipefail
 normlab=$1 src=$2 kjv=$3 python=$4 work=$5
@@ -23,6 +24,21 @@ grep -q '"status": "interrupted"' "$work/run/summary.json" || { echo "FAIL: summ
 ckpt=$(ls -d "$work"/run/checkpoints/step-* | tail -1)
 steps=$(basename "$ckpt" | sed 's/step-0*//')
 echo "SIGTERM: exit 4 with checkpoint $(basename "$ckpt")"
+
+# SIGTERM from outside, in the middle of a run.
+"$normlab" train "${args[@]}" --out "$work/outside" --set train.steps=100000 > "$work/outside.out" 2>&1 &
+job=$!
+for _ in $(seq 1 600); do
+  [ -f "$work/outside/metrics.jsonl" ] && [ "$(wc -l < "$work/outside/metrics.jsonl")" -ge 2 ] && break
+  sleep 0.1
+done
+"$(dirname "$0")/signal_mask.sh" "$job" || { kill -9 "$job"; exit 1; }
+kill -TERM "$job"
+rc=0
+wait "$job" || rc=$?
+[ "$rc" -eq 4 ] || { cat "$work/outside.out"; echo "FAIL: exit code $rc after kill -TERM, expected 4"; exit 1; }
+grep -q '"status": "interrupted"' "$work/outside/summary.json" || { echo "FAIL: no interrupted summary after kill -TERM"; exit 1; }
+echo "kill -TERM from outside: exit 4 after step $(wc -l < "$work/outside/metrics.jsonl")"
 
 "$normlab" train "${args[@]}" --out "$work/run" --set train.steps=$((steps + 2)) --resume > "$work/train2.out" 2>&1 \
   || { cat "$work/train2.out"; echo "FAIL: resume did not complete"; exit 1; }

@@ -11,9 +11,13 @@
 # some of the last 10 steps for every scheme (load-balancing loss up to 1.98).
 # Prints each scheme's drop and its load-balancing figures.
 # Usage: training_trains_moe.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
+# Env:   NORMLAB_MOE_CONFIG (default configs/moe/tiny.yaml, relative to SOURCE_DIR) and
+#        NORMLAB_MOE_PRECISION (default fp64): the same check on another model, e.g.
+#        configs/moe/small.yaml in fp32 (docs/moe.md gives its figures)
 set -euo pipefail
 normlab=$1 src=$2 kjv=$3 python=$4 work=$5
 MARGIN=2.0 LB_MAX=1.25
+config=$src/${NORMLAB_MOE_CONFIG:-configs/moe/tiny.yaml} precision=${NORMLAB_MOE_PRECISION:-fp64}
 rm -rf "$work" && mkdir -p "$work"
 export OMP_NUM_THREADS=1
 # (Other files there, such as hyper_dhc2.yaml, are variants: their scheme is not their name.)
@@ -21,9 +25,9 @@ schemes=$(for f in "$src"/configs/1.3b/*.yaml; do
             s=$(basename "$f" .yaml)
             [ "$("$normlab" config --config "$f" | grep -c "^  scheme: $s\$")" -gt 0 ] && echo "$s" || true; done)
 for s in $schemes; do
-  "$normlab" train --config "$src/configs/moe/tiny.yaml" --set model.scheme=$s \
+  "$normlab" train --config "$config" --set model.scheme=$s \
     --set "data.train=$kjv/shards" --set "data.tokenizer=$kjv/tokenizer.model" \
-    --set train.steps=40 --set train.precision=fp64 --set eval.at_start=true --set eval.every=40 \
+    --set train.steps=40 --set train.precision="$precision" --set eval.at_start=true --set eval.every=40 \
     --set eval.batches=8 --set checkpoint.every=0 --set checkpoint.at_end=false \
     --set logging.every=1000 --out "$work/$s" > "$work/$s.out" 2>&1 \
     || { cat "$work/$s.out"; echo "FAIL: training $s"; exit 1; }

@@ -207,6 +207,12 @@ for _ in $(seq 1 300); do
   [ -f "$work/term/metrics.jsonl" ] && [ "$(wc -l < "$work/term/metrics.jsonl")" -ge 3 ] && break
   sleep 0.2
 done
+# No thread of either rank (Open MPI's progress threads included) can run a SIGTERM handler.
+ranks=$(pgrep -f -- "--out $work/term\$" | grep -vx "$job" | while read -r p; do
+  [ "$(cat /proc/"$p"/comm 2>/dev/null)" = normlab ] && echo "$p"; done || true)
+[ "$(echo "$ranks" | wc -w)" -eq 2 ] || { echo "FAIL: expected 2 ranks, found: $ranks"; kill -9 "$job"; exit 1; }
+# shellcheck disable=SC2086
+mask=$("$src/tests/cli/signal_mask.sh" $ranks) || { echo "$mask"; kill -9 "$job"; exit 1; }
 kill -TERM "$job"
 wait "$job" || true
 grep -q '"status": "interrupted"' "$work/term/summary.json" || { cat "$work/term.out"; echo "FAIL: no interrupted summary after SIGTERM"; exit 1; }
@@ -216,6 +222,6 @@ at=$(basename "$ckpt" | sed 's/step-0*//')
 "${mpi[@]}" -n 2 "$normlab" train "${args[@]}" --set train.steps=$((at + 2)) --set checkpoint.every=0 --out "$work/term" --resume \
   > "$work/term2.out" 2>&1 || { cat "$work/term2.out"; echo "FAIL: resume after SIGTERM"; exit 1; }
 grep -q '"status": "completed"' "$work/term/summary.json" || { echo "FAIL: the resumed run did not complete"; exit 1; }
-echo "SIGTERM to mpirun: both ranks checkpointed at step $at; --resume completed step $((at + 2))"
+echo "SIGTERM to mpirun: both ranks checkpointed at step $at; --resume completed step $((at + 2)); $mask"
 fi
 echo "PASS"

@@ -1,7 +1,8 @@
 // normlab train --config X.yaml [--set k=v ...] [--out RUN_DIR] [--resume] [--init-from W]
 // SIGINT/SIGTERM: the first one finishes the current step, saves a checkpoint and exits with
 // code 4 (resumable), and says so in one line on stderr; a second one ends the process at once
-// (checkpoints are atomic).
+// (checkpoints are atomic). They are taken by a waiter thread, never by a handler on a thread
+// that computes (stop_signals.h).
 // NORMLAB_CPU_ALLOCATOR=system keeps LibTorch's own CPU allocator instead of the caching one
 // (sanitizer builds do so by default: a cache that hands a freed block out again at once hides
 // a use after free from AddressSanitizer).
@@ -9,10 +10,7 @@
 // launcher's variables make it one rank of an FSDP run (docs/distributed.md).
 #include <unistd.h>
 
-#include <algorithm>
-#include <csignal>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -29,43 +27,12 @@
 #include "normlab/util/file_io.h"
 #include "normlab/util/log.h"
 #include "python_tool.h"
+#include "stop_signals.h"
 
 #include <torch/cuda.h>
 
 namespace normlab::cli {
 namespace {
-
-std::atomic<bool> g_train_stop{
-    false};  // written by the signal handler only (main's, not the library's)
-// The handler's line, formatted before it is installed (only write(2) is safe in a handler).
-char g_stop_line[2][200];
-size_t g_stop_length[2];
-
-extern "C" void on_signal(int sig) {
-  if (g_train_stop.exchange(true)) {  // second signal: default action
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-    return;
-  }
-  const int k = sig == SIGINT ? 0 : 1;
-  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, g_stop_line[k], g_stop_length[k]);
-}
-
-void install_stop_handler(const DistEnv& env) {
-  const std::string who =
-      env.world > 1 ? "rank " + std::to_string(env.rank) + " of " + std::to_string(env.world) + ": "
-                    : "";
-  const char* names[2] = {"SIGINT", "SIGTERM"};
-  for (int k = 0; k < 2; ++k) {
-    const std::string line = "normlab train: " + who + names[k] +
-                             ": stopping after this step with a checkpoint (a second signal "
-                             "ends the process at once)\n";
-    g_stop_length[k] = std::min(line.size(), sizeof g_stop_line[k]);
-    std::memcpy(g_stop_line[k], line.data(), g_stop_length[k]);
-  }
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
-}
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr const char* kDefaultAllocator = "system";
@@ -117,6 +84,11 @@ Runner setup_train(CLI::App& sub) {
     check_output_folder(out);  // a file there stays as it is
     const std::map<std::string, std::string> vars = environment();
     const DistEnv env = dist_env_from(vars);
+    // Before any thread exists: every thread started later inherits the blocked signals.
+    const StopSignals& signals =
+        StopSignals::start(env.world > 1 ? "rank " + std::to_string(env.rank) + " of " +
+                                               std::to_string(env.world) + ": "
+                                         : "");
     const bool caching = caching_allocator_wanted(vars);
     std::filesystem::create_directories(out);
     // Rank 0 logs to the console and train.log; the other ranks only their errors.
@@ -130,18 +102,18 @@ Runner setup_train(CLI::App& sub) {
       static auto* cpu_allocator = new CpuCachingAllocator();
       cpu_allocator->install();
     }
-    install_stop_handler(env);
     TrainOptions opts;
     opts.run_dir = out;
     opts.resume = o->resume;
     opts.init_from = o->init_from;
-    opts.stop = &g_train_stop;
+    opts.stop = signals.flag();
     opts.stop_after = o->stop_after;
     opts.logger = &log;
     const std::unique_ptr<WriteFault> checkpoint_fault =
         write_fault(environment_fault(), "checkpoint");  // tests only (fault.h)
     opts.checkpoint_fault = checkpoint_fault.get();
-    opts.after_step = step_fault(environment_fault());
+    opts.after_step =
+        step_fault(environment_fault(), [&signals](int sig) { signals.raise_and_wait(sig); });
     std::unique_ptr<Communicator> comm;
     RunSummary s;
     try {
@@ -171,9 +143,11 @@ Runner setup_train(CLI::App& sub) {
       std::cout << ": validation loss " << s.final_val_loss << ", perplexity " << s.val_perplexity;
     std::cout << "\noutputs: " << out << "/ (summary.json, metrics.jsonl, train.log, checkpoints/"
               << (cfg.diagnostics.every > 0 ? ", diagnostics.jsonl" : "") << ")\n";
-    if (cfg.diagnostics.every > 0 && !o->no_plots)
+    if (cfg.diagnostics.every > 0 && !o->no_plots) {
+      signals.unblock();  // the plotting child stops on Ctrl-C like any other
       run_python_tool("plot_diagnostics.py",
                       {(std::filesystem::path(out) / "diagnostics.jsonl").string(), out}, "plots");
+    }
     return exit_code(s.status);
   };
 }

@@ -82,12 +82,14 @@ std::unique_ptr<WriteFault> write_fault(const Fault& fault, const std::string& w
   return std::make_unique<WriteFault>(fault.bytes);
 }
 
-std::function<void(int64_t)> step_fault(const Fault& fault) {
+std::function<void(int64_t)> step_fault(const Fault& fault, std::function<void(int)> raise_stop) {
   if (fault.kind != Fault::Kind::RaiseAtStep) return {};
-  return [fault](int64_t step) {
+  return [fault, raise_stop](int64_t step) {
     if (step != fault.step) return;
     if (fault.parent)
       ::kill(::getppid(), fault.signal);
+    else if (fault.signal == SIGINT || fault.signal == SIGTERM)
+      raise_stop(fault.signal);  // returns once the stop flag is up
     else
       ::raise(fault.signal);  // delivered to this thread before raise returns
   };

@@ -44,7 +44,9 @@ const Fault& environment_fault();
 /// A WriteFault for `writer` ("checkpoint" or "export") when the fault targets it, else null.
 std::unique_ptr<WriteFault> write_fault(const Fault& fault, const std::string& writer);
 
-/// TrainOptions::after_step for a RaiseAtStep fault; empty otherwise.
-std::function<void(int64_t)> step_fault(const Fault& fault);
+/// TrainOptions::after_step for a RaiseAtStep fault; empty otherwise. SIGINT and SIGTERM go
+/// through `raise_stop` (normlab train takes them on a waiter thread, which a signal raised in
+/// the calling thread would never reach); the others are raised in the calling thread.
+std::function<void(int64_t)> step_fault(const Fault& fault, std::function<void(int)> raise_stop);
 
 }  // namespace normlab::cli
