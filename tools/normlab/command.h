@@ -19,6 +19,7 @@ struct Command {
 
 Runner setup_analyze(CLI::App& sub);
 Runner setup_checkpoint(CLI::App& sub);
+Runner setup_compare(CLI::App& sub);
 Runner setup_config(CLI::App& sub);
 Runner setup_data(CLI::App& sub);
 Runner setup_eval(CLI::App& sub);
