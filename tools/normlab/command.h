@@ -28,6 +28,7 @@ Runner setup_generate(CLI::App& sub);
 Runner setup_import(CLI::App& sub);
 Runner setup_info(CLI::App& sub);
 Runner setup_mfu(CLI::App& sub);
+Runner setup_schemes(CLI::App& sub);
 Runner setup_sweep(CLI::App& sub);
 Runner setup_tokenizer(CLI::App& sub);
 Runner setup_train(CLI::App& sub);
