@@ -66,6 +66,8 @@ set(NORMLAB_SOURCES
   sweep/sweep.cpp
   sweep/sweep_manifest.cpp
   sweep/sweep_report.cpp
+  testing/equivalence.cpp
+  testing/weight_map.cpp
   train/checkpoint.cpp
   train/export.cpp
   train/export_hf.cpp

@@ -44,6 +44,7 @@ LAYERS = {
     "eval": 4,    # evaluate, tasks, diagnostics, generate, info: what the trainer evaluates with
     "train": 5,   # trainer, optimizer, schedule, checkpoints, stability, export
     "sweep": 6,   # sweeps and their reports
+    "testing": 7,  # test support for normlab's and its users' tests (equivalence of two models)
 }
 
 ROOTS = ("include/normlab", "src")

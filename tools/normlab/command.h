@@ -19,6 +19,7 @@ struct Command {
 
 Runner setup_analyze(CLI::App& sub);
 Runner setup_checkpoint(CLI::App& sub);
+Runner setup_compare(CLI::App& sub);
 Runner setup_config(CLI::App& sub);
 Runner setup_data(CLI::App& sub);
 Runner setup_eval(CLI::App& sub);
@@ -27,6 +28,7 @@ Runner setup_generate(CLI::App& sub);
 Runner setup_import(CLI::App& sub);
 Runner setup_info(CLI::App& sub);
 Runner setup_mfu(CLI::App& sub);
+Runner setup_schemes(CLI::App& sub);
 Runner setup_sweep(CLI::App& sub);
 Runner setup_tokenizer(CLI::App& sub);
 Runner setup_train(CLI::App& sub);

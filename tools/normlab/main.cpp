@@ -28,6 +28,8 @@ const Command kCommands[] = {
   {"tokenizer", "train a SentencePiece tokenizer; encode and decode with one", normlab::cli::setup_tokenizer},
   {"data",    "prepare token shards from text (data prepare), check them (data inspect)", normlab::cli::setup_data},
   {"info",    "parameters, FLOPs per token and memory per GPU of a configuration", normlab::cli::setup_info},
+  {"compare", "two models on the same weights in float64: largest relative difference of the logits and of every gradient", normlab::cli::setup_compare},
+  {"schemes", "the normalization schemes of the scheme table (--json for scripts)", normlab::cli::setup_schemes},
   {"mfu",     "model FLOPs utilisation of timed steps: warm-up left out, mean and spread, peak by GPU name", normlab::cli::setup_mfu},
   {"config",  "print a run's resolved configuration, or the reference of every key", normlab::cli::setup_config},
   {"version", "print normlab's and LibTorch's versions and the devices seen", normlab::cli::setup_version},

@@ -27,6 +27,7 @@
 #include "normlab/nn/model.h"
 #include "normlab/nn/norm.h"
 #include "normlab/nn/weights.h"
+#include "normlab/testing/equivalence.h"
 #include "normlab/util/error.h"
 #include "support.h"
 
@@ -47,26 +48,15 @@ ModelConfig hyper_config(int64_t n, bool dynamic) {
 
 bool is_hc(const std::string& name) { return name.find("_hc.") != std::string::npos; }
 
-// A Pre-Norm model in float64 with random norm gains (so that every gain matters), and the
-// hyper model of `hcfg` with the same shared weights and its own connections at their init.
-struct Pair {
-  DecoderLM pre{nullptr}, hyper{nullptr};
-};
-Pair same_weights(const ModelConfig& hcfg) {
+// Pre-Norm (A, the same config with scheme pre_norm) in float64 with random norm gains (so that
+// every gain matters), and the hyper model of `hcfg` (B) on its weights with its own connections
+// held at their init (normlab/testing/equivalence.h).
+equivalence::ModelPair same_weights(const ModelConfig& hcfg) {
   ModelConfig pcfg = hcfg;
   pcfg.scheme = Scheme::PreNorm;
-  torch::manual_seed(5);
-  Pair p{DecoderLM(pcfg), DecoderLM(hcfg)};
-  p.pre->to(torch::kDouble);
-  p.hyper->to(torch::kDouble);
-  torch::NoGradGuard no_grad;
-  for (auto& w : p.pre->named_parameters())
-    if (w.value().dim() == 1) w.value().uniform_(0.5, 1.5);
-  TensorDict mapped = weights_of(*p.pre);
-  for (const auto& [name, t] : weights_of(*p.hyper))
-    if (is_hc(name)) mapped[name] = t;
-  load_weights(*p.hyper, mapped, "pre_norm weights");
-  return p;
+  equivalence::WeightMap map;
+  map.fix_b("blocks.*.*_hc.*", equivalence::kInit);
+  return equivalence::build_pair(pcfg, hcfg, map, {5});
 }
 
 torch::Tensor tokens_for(const ModelConfig& cfg) {
@@ -86,14 +76,6 @@ Outputs run_model(DecoderLM& m, const torch::Tensor& tokens) {
   Outputs r{out.logits.detach(), {}};
   for (const auto& p : m->named_parameters()) r.grads[p.key()] = p.value().grad().clone();
   return r;
-}
-
-// The largest relative difference of the logits and of every shared gradient.
-double worst_difference(const Outputs& hyper, const Outputs& pre) {
-  double worst = test::max_rel_error(hyper.logits, pre.logits);
-  for (const auto& [name, g] : pre.grads)
-    worst = std::max(worst, test::max_rel_error(hyper.grads.at(name), g));
-  return worst;
 }
 
 }  // namespace
@@ -139,10 +121,10 @@ TEST(Hyper, OutStdMultScalesTheOutputProjectionsBySqrtN) {
 
 // n = 1: eps / n^2 = eps, so HC is Pre-Norm itself.
 TEST(Hyper, OneStreamStaticAtInitIsPreNorm) {
-  Pair p = same_weights(hyper_config(1, false));
-  const torch::Tensor tokens = tokens_for(p.pre->config);
-  const Outputs h = run_model(p.hyper, tokens), r = run_model(p.pre, tokens);
-  EXPECT_LE(worst_difference(h, r), kTol);
+  equivalence::ModelPair p = same_weights(hyper_config(1, false));
+  const auto report = equivalence::compare(p, {5});
+  EXPECT_LE(report.worst(), kTol) << report;
+  EXPECT_EQ(report.gradients.size(), weights_of(*p.a).size());  // every Pre-Norm gradient
 }
 
 // Sets the eps of the final norm of `m` alone.
@@ -158,13 +140,14 @@ TEST(Hyper, AtInitIsPreNormWithTheFinalEpsOverNSquared) {
     for (const int64_t n : {1, 2, 4}) {
       SCOPED_TRACE("n=" + std::to_string(n) + (dynamic ? " DHC" : " SHC"));
       const ModelConfig cfg = hyper_config(n, dynamic);
-      Pair p = same_weights(cfg);
-      set_final_eps(p.pre, cfg.norm_eps / static_cast<double>(n * n));
-      const torch::Tensor tokens = tokens_for(cfg);
-      const Outputs h = run_model(p.hyper, tokens), r = run_model(p.pre, tokens);
-      EXPECT_LE(worst_difference(h, r), kTol);
+      equivalence::ModelPair p = same_weights(cfg);
+      set_final_eps(p.a, cfg.norm_eps / static_cast<double>(n * n));
+      const auto report = equivalence::compare(p, {5});
+      EXPECT_LE(report.worst(), kTol) << report;
       if (dynamic)  // the scales see tanh(0) = 0: their gradient is exactly 0 at init
-        EXPECT_EQ(h.grads.at("blocks.0.attn_hc.s_alpha").abs().max().item<double>(), 0.0);
+        EXPECT_EQ(
+            p.b->named_parameters()["blocks.0.attn_hc.s_alpha"].grad().abs().max().item<double>(),
+            0.0);
     }
 }
 
@@ -176,15 +159,15 @@ TEST(Hyper, AtInitDiffersFromPreNormOnlyByTheFinalNormsEps) {
   for (const int64_t n : {2, 4}) {
     SCOPED_TRACE("n=" + std::to_string(n));
     const ModelConfig cfg = hyper_config(n, false);
-    Pair p = same_weights(cfg);
+    equivalence::ModelPair p = same_weights(cfg);
     const torch::Tensor tokens = tokens_for(cfg);
     torch::NoGradGuard no_grad;
     torch::Tensor x_last;
     const torch::Tensor pre =
-        p.pre->forward(tokens, [&](std::string_view name, int64_t l, const torch::Tensor& t) {
+        p.a->forward(tokens, [&](std::string_view name, int64_t l, const torch::Tensor& t) {
           if (name == "x" && l == cfg.n_layers - 1) x_last = t;
         });
-    const torch::Tensor hyper = p.hyper->forward(tokens);
+    const torch::Tensor hyper = p.b->forward(tokens);
     const double eps = cfg.norm_eps, n2 = static_cast<double>(n * n);
     const torch::Tensor ms = x_last.pow(2).mean(-1, /*keepdim=*/true);  // (B, T, 1)
     const torch::Tensor r = ((ms + eps) / (ms + eps / n2)).sqrt();
@@ -205,15 +188,14 @@ TEST(Hyper, AtInitDiffersFromPreNormOnlyByTheFinalNormsEps) {
 // since the streams are equal, so A_r is what the construction needs).
 TEST(Hyper, EquivalenceCheckCatchesAChangedInit) {
   const ModelConfig cfg = hyper_config(2, false);
-  Pair p = same_weights(cfg);
-  set_final_eps(p.pre, cfg.norm_eps / 4.0);
+  equivalence::ModelPair p = same_weights(cfg);
+  set_final_eps(p.a, cfg.norm_eps / 4.0);
+  EXPECT_LE(equivalence::compare(p, {5}).worst(), kTol);  // as above, before the change
   {
     torch::NoGradGuard no_grad;
-    p.hyper->named_parameters()["blocks.1.attn_hc.static_alpha"].narrow(1, 1, 2).add_(1e-3);
+    p.b->named_parameters()["blocks.1.attn_hc.static_alpha"].narrow(1, 1, 2).add_(1e-3);
   }
-  const torch::Tensor tokens = tokens_for(cfg);
-  const Outputs h = run_model(p.hyper, tokens), r = run_model(p.pre, tokens);
-  EXPECT_GT(worst_difference(h, r), 1e4 * kTol);
+  EXPECT_GT(equivalence::compare(p, {5}).worst(), 1e4 * kTol);
 }
 
 // At init every stream carries the same state after every block.
@@ -261,13 +243,12 @@ TEST(Hyper, MhcAtInitWithZeroEpsIsPreNorm) {
     ModelConfig cfg = hyper_config(n, true);
     cfg.hyper.variant = HyperVariant::Mhc;
     cfg.norm_eps = 0.0;
-    Pair p = same_weights(cfg);
-    const torch::Tensor tokens = tokens_for(cfg);
-    const Outputs h = run_model(p.hyper, tokens), r = run_model(p.pre, tokens);
-    EXPECT_LE(worst_difference(h, r), kTol);
+    equivalence::ModelPair p = same_weights(cfg);
+    const auto report = equivalence::compare(p, {5});
+    EXPECT_LE(report.worst(), kTol) << report;
     // with the final norm's eps back, it is not exact any more: the check can fail
-    set_final_eps(p.pre, 1e-3);
-    if (n > 1) EXPECT_GT(worst_difference(h, run_model(p.pre, tokens)), 1e3 * kTol);
+    set_final_eps(p.a, 1e-3);
+    if (n > 1) EXPECT_GT(equivalence::compare(p, {5}).worst(), 1e3 * kTol);
   }
 }
 

@@ -1,0 +1,138 @@
+// Equivalence testing of two models: build both from their ModelConfigs, give B the weights of A
+// by name (or through a WeightMap), run both in float64 on the same batch and report the largest
+// relative difference of the logits, the loss and every shared parameter's gradient. Test-support
+// for normlab's own tests and for a downstream project's (find_package(normlab); docs/schemes.md,
+// "An equivalence test in your own project"); `normlab compare` prints the same table. It needs no
+// test framework: a GoogleTest asserts on worst() and streams the report into the message.
+//
+//   normlab::equivalence::WeightMap map;
+//   map.fix_b("blocks.*.*_hc.*", normlab::equivalence::kInit);  // B's connections keep their init
+//   const auto report = normlab::equivalence::compare_configs(pre_norm_cfg, hyper_cfg, map);
+//   EXPECT_LE(report.worst(), 1e-10) << report;
+//
+// The weight map (in code, or a file for `normlab compare --map`; one rule a line, `#` comments):
+//   A_PATTERN -> B_PATTERN     A's parameters matching A_PATTERN are copied to B's of that name
+//   a: PATTERN = VALUE         A's parameters matching PATTERN are held at VALUE (not copied)
+//   b: PATTERN = VALUE         B's parameters matching PATTERN are held at VALUE (not copied to)
+// A pattern is a parameter name in which `*` stands for any run of characters without a `.`;
+// the k-th `*` of B_PATTERN is what the k-th `*` of A_PATTERN matched. VALUE is a number (every
+// element) or `init` (the model's own initial value). A rename or `a:` rule decides an A parameter
+// (the first that matches it); a parameter no rule matches keeps its name. Every parameter of A
+// must be copied to a parameter of B with the same shape or held; every parameter of B must
+// receive exactly one of A's or be held; every rule must match some parameter: else ConfigError,
+// naming the parameter (and the map's file and line). Held parameters are the constants of the
+// reduction (a zero gain, n = 1 stream's connections at their init): they are not compared.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "normlab/nn/model.h"
+#include "normlab/nn/model_config.h"
+
+namespace normlab::equivalence {
+
+/// A held parameter's value: a number for every element, or nullopt (kInit) for the model's own
+/// initial value.
+using HeldValue = std::optional<double>;
+inline constexpr std::nullopt_t kInit = std::nullopt;
+
+/// How B's parameters get their values from A's (the rules above). Empty: every parameter by its
+/// own name.
+struct WeightMap {
+  enum class Kind { Rename, HoldA, HoldB };
+  struct Rule {
+    Kind kind = Kind::Rename;
+    std::string pattern;  // A's name pattern (Rename, HoldA) or B's (HoldB)
+    std::string target;   // Rename: B's name pattern
+    HeldValue value;      // HoldA, HoldB
+    std::string origin;   // where the rule was written ("map.txt:3"), for error messages
+  };
+  std::vector<Rule> rules;
+
+  WeightMap& rename(const std::string& a_pattern, const std::string& b_pattern);
+  WeightMap& fix_a(const std::string& pattern, HeldValue value);
+  WeightMap& fix_b(const std::string& pattern, HeldValue value);
+
+  /// Parses the text form; `origin` names it in errors ("map.txt" gives "map.txt:3: ...").
+  static WeightMap parse(const std::string& text, const std::string& origin);
+  /// Reads and parses a map file (FileError when it cannot be read).
+  static WeightMap load(const std::string& path);
+};
+
+/// Whether `name` matches `pattern` (`*` = a run of characters without `.`); `stars` receives
+/// what each `*` matched.
+bool pattern_matches(const std::string& pattern, const std::string& name,
+                     std::vector<std::string>* stars = nullptr);
+
+struct EquivalenceOptions {
+  uint64_t seed = 0;         // torch::manual_seed before each model is built, and for the batch
+  int64_t batch = 2;         // sequences
+  int64_t seq_len = 8;       // tokens per sequence (inputs; targets are the next tokens)
+  bool random_gains = true;  // A's 1-D parameters (norm gains, scalars) drawn from U(0.5, 1.5)
+                             // before the holds, so that every gain matters
+};
+
+/// One copied parameter: A's name and B's.
+struct WeightLink {
+  std::string a, b;
+};
+/// One held parameter and its value.
+struct HeldWeight {
+  std::string name;
+  HeldValue value;
+};
+
+/// Two models in float64 on the CPU, B holding A's weights (build_pair). Change either before
+/// compare() (a module option, a weight) to test a variant of the reduction.
+struct ModelPair {
+  ModelConfig config_a, config_b;
+  DecoderLM a{nullptr}, b{nullptr};
+  std::vector<WeightLink> links;  // in B's parameter order
+  std::vector<HeldWeight> held_a, held_b;
+};
+
+/// max |a - b| / max |b| of one tensor (0 when both are zero), and the scale max |b|.
+struct Difference {
+  std::string what;  // "logits", "loss", "grad blocks.0.attn.qkv.weight" (A's name; "-> B's")
+  double max_rel = 0.0;
+  double max_abs_b = 0.0;
+};
+
+struct EquivalenceReport {
+  std::string label_a, label_b;  // the schemes, or what the caller names them
+  EquivalenceOptions options;
+  Difference logits, loss;
+  std::vector<Difference> gradients;  // one per WeightLink, in B's parameter order
+  std::vector<HeldWeight> held_a, held_b;
+
+  /// The largest max_rel of the logits, the loss and every gradient, and which it is.
+  double worst() const;
+  const Difference& worst_row() const;
+  /// The table: one row per compared tensor, the worst, and what was held.
+  std::string table() const;
+};
+std::ostream& operator<<(std::ostream& os, const EquivalenceReport& report);
+
+/// Builds A and B (each after torch::manual_seed(options.seed)), in float64, and gives B A's
+/// weights through `map`. ConfigError names an unmapped parameter, a shape that disagrees or a
+/// rule that matches nothing.
+ModelPair build_pair(const ModelConfig& a, const ModelConfig& b, const WeightMap& map = {},
+                     const EquivalenceOptions& options = {});
+
+/// Runs both models of `pair` on the same random batch (tokens below the smaller vocabulary):
+/// the loss against the next tokens, backward, and the differences A vs B. The gradients stay on
+/// the parameters for the caller to inspect.
+EquivalenceReport compare(ModelPair& pair, const EquivalenceOptions& options = {});
+
+/// build_pair then compare.
+EquivalenceReport compare_configs(const ModelConfig& a, const ModelConfig& b,
+                                  const WeightMap& map = {},
+                                  const EquivalenceOptions& options = {});
+
+}  // namespace normlab::equivalence

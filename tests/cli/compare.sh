@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# `normlab compare` (docs/schemes.md, "Equivalence tests"): hyper with one static stream against
+# pre_norm through configs/maps/hyper_vs_pre_norm.map is EQUIVALENT at 1e-10 with a row for the
+# logits, the loss and every Pre-Norm gradient; two streams are DIFFERENT (exit 3, the final
+# norm's eps); a map rule that matches nothing, a parameter without a counterpart and a shape that
+# disagrees stop with an error naming the rule's line or the parameter. Self-contained; seconds.
+# Usage: compare.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR (CORPUS_DIR, PYTHON unused)
+set -euo pipefail
+normlab=$1 src=$2 work=$5
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+hyper=(--config "$src/configs/tiny/hyper_dhc2.yaml" --set model.hyper.dynamic=false)
+pre=(--against "$src/configs/tiny/lm.yaml" --set-against model.scheme=pre_norm)
+map=(--map "$src/configs/maps/hyper_vs_pre_norm.map")
+
+"$normlab" compare "${hyper[@]}" --set model.hyper.n=1 "${pre[@]}" "${map[@]}" --max-rel 1e-10 \
+  > "$work/n1.out" 2>&1 || { cat "$work/n1.out"; fail "hyper n = 1 against pre_norm"; }
+cat "$work/n1.out"
+grep -q "^EQUIVALENT: worst .* <= 1.000e-10" "$work/n1.out" || fail "n = 1 is not EQUIVALENT"
+# tiny: embedding, head, final norm, and per block attn_norm, qkv, out, mlp_norm, up, down
+rows=$(grep -c "^grad " "$work/n1.out")
+[ "$rows" = 15 ] || fail "$rows gradient rows, want 15 (every Pre-Norm parameter)"
+grep -q "^logits  *[0-9]" "$work/n1.out" && grep -q "^loss  *[0-9]" "$work/n1.out" || fail "no logits or loss row"
+grep -q "^held in A, not compared (8): blocks.0.attn_hc.static_alpha=init" "$work/n1.out" \
+  || fail "the held connections are not listed"
+
+rc=0
+"$normlab" compare "${hyper[@]}" --set model.hyper.n=2 "${pre[@]}" "${map[@]}" --max-rel 1e-10 \
+  > "$work/n2.out" 2>&1 || rc=$?
+[ "$rc" = 3 ] || { cat "$work/n2.out"; fail "n = 2: exit code $rc, want 3"; }
+grep -q "^DIFFERENT: worst .* > 1.000e-10" "$work/n2.out" || fail "n = 2 is not DIFFERENT"
+
+# Errors name what is wrong.
+expect_error() {  # expect_error NAME PATTERN ARGS...: exit 1 with PATTERN in the message
+  local name=$1 pattern=$2; shift 2
+  rc=0; "$normlab" compare "$@" > "$work/$name.out" 2>&1 || rc=$?
+  [ "$rc" = 1 ] || { cat "$work/$name.out"; fail "$name: exit code $rc, want 1"; }
+  grep -q -- "$pattern" "$work/$name.out" || { cat "$work/$name.out"; fail "$name: no '$pattern'"; }
+}
+expect_error unmapped "parameter 'blocks.0.attn_hc.static_alpha' of A (hyper) has no counterpart in B (pre_norm)" \
+  "${hyper[@]}" "${pre[@]}"
+printf 'a: blocks.*.*_hc.* = init\n# a typo:\nblocks.*.attn_nrom.weight -> blocks.*.attn_norm.weight\n' > "$work/typo.map"
+expect_error typo "typo.map:3: 'blocks.\*.attn_nrom.weight' matches no parameter of A (hyper)" \
+  "${hyper[@]}" "${pre[@]}" --map "$work/typo.map"
+printf 'a: blocks.*.*_hc.* = zero\n' > "$work/value.map"
+expect_error value "value.map:1: value 'zero' is neither a number nor 'init'" \
+  "${hyper[@]}" "${pre[@]}" --map "$work/value.map"
+expect_error shape "parameter 'blocks.0.mlp.up.weight' of A (hyper) has shape \[352, 64\], 'blocks.0.mlp.up.weight' of B (pre_norm) has \[64, 64\]" \
+  "${hyper[@]}" "${pre[@]}" "${map[@]}" --set-against model.d_ff=32
+echo PASS
