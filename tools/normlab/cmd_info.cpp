@@ -8,6 +8,7 @@
 #include "command.h"
 #include "normlab/config/config_io.h"
 #include "normlab/eval/info.h"
+#include "normlab/util/error.h"
 
 namespace normlab::cli {
 namespace {
@@ -103,6 +104,11 @@ int run_info(const InfoOptions& o) {
             << human(f * static_cast<double>(cfg.train.global_batch * T), "FLOP")
             << "  (global batch " << cfg.train.global_batch << " x " << T << " tokens)\n";
 
+  const int64_t S = cfg.distributed.shard_size;
+  if (S > 0 && (S > o.world_size || o.world_size % S != 0))
+    throw ConfigError("distributed.shard_size = " + std::to_string(S) +
+                      ": must divide the number of GPUs (--world-size " +
+                      std::to_string(o.world_size) + ")");
   MemoryPlan plan;
   plan.seq_len = T;
   plan.micro_batch = o.micro_batch > 0 ? o.micro_batch : cfg.train.micro_batch;
@@ -120,10 +126,14 @@ int run_info(const InfoOptions& o) {
     for (int ac = 0; ac < 2; ++ac) {
       plan.fsdp = fsdp == 1;
       plan.world_size = plan.fsdp ? o.world_size : 1;
+      plan.shard_size = cfg.distributed.shard_size;
       plan.activation_checkpointing = ac == 1;
       const MemoryEstimate e = estimate_memory(m, plan);
-      std::string label =
-          plan.fsdp ? "FSDP over " + std::to_string(o.world_size) + " GPUs" : "replicated";
+      const bool hybrid = plan.shard_size > 0 && plan.shard_size < o.world_size;
+      std::string label = !plan.fsdp ? "replicated"
+                          : hybrid   ? "HSDP, shards of " + std::to_string(plan.shard_size) +
+                                         " over " + std::to_string(o.world_size) + " GPUs"
+                                   : "FSDP over " + std::to_string(o.world_size) + " GPUs";
       label += ac ? ", activation checkpointing" : "";
       char line[256];
       std::snprintf(line, sizeof line, "  %-44s%-20s%-10s%-13s%-10s%s\n", label.c_str(),
