@@ -130,9 +130,10 @@ int run_info(const InfoOptions& o) {
       plan.activation_checkpointing = ac == 1;
       const MemoryEstimate e = estimate_memory(m, plan);
       const bool hybrid = plan.shard_size > 0 && plan.shard_size < o.world_size;
+      // HSDP S x R: parameters sharded over groups of S GPUs, replicated R times.
       std::string label = !plan.fsdp ? "replicated"
-                          : hybrid   ? "HSDP, shards of " + std::to_string(plan.shard_size) +
-                                         " over " + std::to_string(o.world_size) + " GPUs"
+                          : hybrid   ? "HSDP " + std::to_string(plan.shard_size) + " x " +
+                                         std::to_string(o.world_size / plan.shard_size) + " GPUs"
                                    : "FSDP over " + std::to_string(o.world_size) + " GPUs";
       label += ac ? ", activation checkpointing" : "";
       char line[256];
@@ -142,6 +143,10 @@ int run_info(const InfoOptions& o) {
       std::cout << line;
     }
   }
+  if (S > 0 && S < o.world_size)
+    std::cout << "  HSDP " << S << " x " << o.world_size / S << ": distributed.shard_size " << S
+              << ", parameters sharded over " << S << " GPUs and replicated " << o.world_size / S
+              << " times\n";
   if (cfg.distributed.reduce == GradientReduce::PerStep) {
     std::cout << "  distributed.reduce per_step: ";
     if (plan.reduce_per_step)
