@@ -6,7 +6,10 @@
 #      order, float32); its checkpoints are those of one shard group (2 ranks' files);
 #   2. its step-6 checkpoint resumed on 2 ranks (as it is) and on 1 (consolidated) gives the
 #      losses of steps 7 and 8 of the uninterrupted 4-rank run, within the same 1e-5;
-#   3. shard_size 3 on 4 ranks stops at once with an error naming the key.
+#   3. the same 2 x 2 run gathering and reducing in bf16 under the default precision policy (norm
+#      gains and embedding in fp32, as their own units, reduced in fp32 beside the bf16 ones):
+#      within bf16 precision of one process in fp32 (fsdp.sh's 5e-3 for W = 2), not bitwise;
+#   4. shard_size 3 on 4 ranks stops at once with an error naming the key.
 # Usage: hsdp.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR (run by CTest, label dist)
 set -euo pipefail
 normlab=$1 src=$2 kjv=$3 python=$4 work=$5
@@ -38,7 +41,14 @@ rc=0
 "$normlab" train "${args[@]}" --out "$work/r1" --resume --stop-after 2 > "$work/r1.out" 2>&1 || rc=$?
 [ "$rc" -eq 4 ] || { cat "$work/r1.out"; echo "FAIL: resume on 1 rank exited $rc, expected 4 (stopped)"; exit 1; }
 
-# 3. a shard size that does not divide the world.
+# 3. bf16 gathers and reductions, hybrid.
+"${mpi[@]}" -n 4 "$normlab" train "${args[@]}" --set distributed.shard_size=2 --set distributed.param_dtype=bf16 \
+  --set distributed.reduce_dtype=bf16 --set checkpoint.every=0 --set checkpoint.at_end=false --out "$work/h4-bf16" > "$work/h4-bf16.out" 2>&1 \
+  || { cat "$work/h4-bf16.out"; echo "FAIL: mpirun -n 4 hybrid in bf16"; exit 1; }
+grep -q "gathers in bf16, reductions in bf16 (.* parameters kept in fp32: norms,scheme,embeddings)" "$work/h4-bf16/train.log" \
+  || { cat "$work/h4-bf16/train.log"; echo "FAIL: the precision policy is not in the log"; exit 1; }
+
+# 4. a shard size that does not divide the world.
 rc=0
 timeout 120 "${mpi[@]}" -n 4 "$normlab" train "${args[@]}" --set distributed.shard_size=3 --out "$work/bad" > "$work/bad.out" 2>&1 || rc=$?
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q "distributed.shard_size = 3: must divide the number of ranks (4)" "$work/bad.out" \
@@ -60,6 +70,9 @@ ratio = s["rank_state_bytes"] / s["unsharded_state_bytes"]
 assert s["world_size"] == 4 and ratio <= 1.05 / 2, ratio
 print(f"mpirun -n 4, shard groups of 2: losses within {rel:.1e} relative of 1 process over 12 steps; "
       f"per-rank state {ratio:.4f} of one process (1/2 = 0.5)")
+bf = max(abs(ref[s] - v) / abs(ref[s]) for s, v in losses("h4-bf16").items())
+assert 0 < bf <= 5e-3, bf  # the bf16 path ran, within bf16 rounding of the matmul weights
+print(f"mpirun -n 4, shard groups of 2, bf16 gathers and reductions (fp32 norms, embedding): within {bf:.1e} of 1 process in fp32")
 for run in ("r2", "r1"):
     got = losses(run)
     assert sorted(got) == [7, 8], (run, sorted(got))
