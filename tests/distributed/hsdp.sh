@@ -4,8 +4,9 @@
 #   1. mpirun -n 4 with shard groups of 2 (2 x 2): the same loss at every step within the dense
 #      FSDP test's 1e-5 relative (tests/distributed/fsdp.sh: sums over the batch run in another
 #      order, float32); its checkpoints are those of one shard group (2 ranks' files);
-#   2. its step-6 checkpoint resumed on 2 ranks (as it is) and on 1 (consolidated) gives the
-#      losses of steps 7 and 8 of the uninterrupted 4-rank run, within the same 1e-5;
+#   2. its step-6 checkpoint resumed on 4 ranks in the same layout gives bitwise the losses of
+#      steps 7 and 8 of the uninterrupted run (as fsdp.sh's sharded resume); resumed on 2 ranks
+#      (as it is) and on 1 (consolidated), the same losses within the same 1e-5;
 #   3. the same 2 x 2 run gathering and reducing in bf16 under the default precision policy (norm
 #      gains and embedding in fp32, as their own units, reduced in fp32 beside the bf16 ones):
 #      within bf16 precision of one process in fp32 (fsdp.sh's 5e-3 for W = 2), not bitwise;
@@ -31,7 +32,12 @@ grep -q "hybrid: shard groups of 2 ranks, 2 replicas" "$work/h4/train.log" || { 
 ckpt="$work/h4/checkpoints/step-00000006"
 ls "$ckpt"/model.rank-0000[01]-of-00002.safetensors > /dev/null || { ls "$ckpt"; echo "FAIL: not a 2-shard checkpoint"; exit 1; }
 
-# 2. step 6 on 2 ranks as it is (its shards are 2), and on 1 rank consolidated.
+# 2. step 6 on 4 ranks in shard groups of 2 and on 2 ranks, as it is (its shards are 2), and on
+# 1 rank consolidated.
+mkdir -p "$work/r4/checkpoints" && cp -r "$ckpt" "$work/r4/checkpoints/"
+rc=0
+"${mpi[@]}" -n 4 "$normlab" train "${args[@]}" --set distributed.shard_size=2 --out "$work/r4" --resume --stop-after 2 > "$work/r4.out" 2>&1 || rc=$?
+[ "$rc" -eq 4 ] || { cat "$work/r4.out"; echo "FAIL: resume on 2 x 2 ranks exited $rc, expected 4 (stopped)"; exit 1; }
 mkdir -p "$work/r2/checkpoints" && cp -r "$ckpt" "$work/r2/checkpoints/"
 rc=0
 "${mpi[@]}" -n 2 "$normlab" train "${args[@]}" --out "$work/r2" --resume --stop-after 2 > "$work/r2.out" 2>&1 || rc=$?
@@ -73,6 +79,9 @@ print(f"mpirun -n 4, shard groups of 2: losses within {rel:.1e} relative of 1 pr
 bf = max(abs(ref[s] - v) / abs(ref[s]) for s, v in losses("h4-bf16").items())
 assert 0 < bf <= 5e-3, bf  # the bf16 path ran, within bf16 rounding of the matmul weights
 print(f"mpirun -n 4, shard groups of 2, bf16 gathers and reductions (fp32 norms, embedding): within {bf:.1e} of 1 process in fp32")
+same = losses("r4")
+assert same == {7: hyb[7], 8: hyb[8]}, (same, hyb[7], hyb[8])
+print("step 6 of the 2 x 2 run resumed on 2 x 2 ranks: steps 7-8 losses bitwise those of the uninterrupted run")
 for run in ("r2", "r1"):
     got = losses(run)
     assert sorted(got) == [7, 8], (run, sorted(got))
