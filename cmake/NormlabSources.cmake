@@ -22,6 +22,7 @@ set(NORMLAB_SOURCES
   distributed/agreement.cpp
   distributed/communicator.cpp
   distributed/fsdp.cpp
+  distributed/fsdp_state.cpp
   distributed/slurm_hostlist.cpp
   eval/diagnostics.cpp
   eval/evaluate.cpp
@@ -42,6 +43,7 @@ set(NORMLAB_SOURCES
   nn/model.cpp
   nn/model_config.cpp
   nn/norm.cpp
+  nn/parameter_roles.cpp
   nn/rope.cpp
   nn/scheme.cpp
   nn/schemes/common.cpp

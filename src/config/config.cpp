@@ -71,6 +71,19 @@ void validate(const RunConfig& c) {
           "logging.level", c.logging.level, "must be debug, info, warn or error");
   require(t.device == "auto" || t.device == "cpu" || t.device.rfind("cuda", 0) == 0, "train.device",
           t.device, "must be auto, cpu, cuda or cuda:N");
+  require(c.distributed.shard_size >= 0, "distributed.shard_size", c.distributed.shard_size,
+          "must be at least 0 (0: all ranks; else ranks per shard group, a divisor of the world "
+          "size)");
+  require(!c.distributed.keep_fp32.empty(), "distributed.keep_fp32", "''",
+          "must list norms, scheme, embeddings (comma-separated), or be none");
+  if (c.distributed.keep_fp32 != "none") {
+    std::stringstream list(c.distributed.keep_fp32);
+    std::string item;
+    while (std::getline(list, item, ','))
+      require(item == "norms" || item == "scheme" || item == "embeddings", "distributed.keep_fp32",
+              c.distributed.keep_fp32,
+              "'" + item + "' is not one of norms, scheme, embeddings (comma-separated), or none");
+  }
   // fp64 training gathers and reduces in fp64; the FSDP dtypes choose only for fp32/bf16 runs.
   for (const auto& [key, p] : {std::pair{"distributed.param_dtype", c.distributed.param_dtype},
                                std::pair{"distributed.reduce_dtype", c.distributed.reduce_dtype}}) {

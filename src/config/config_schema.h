@@ -219,6 +219,13 @@ void visit(V& v, DistributedConfig& d) {
   v("overlap_reduce", d.overlap_reduce,
     "FSDP: start a block's gradient reduce-scatter as soon as its backward is done and let it "
     "run while the blocks before it compute (completed before the optimizer step)");
+  v("shard_size", d.shard_size,
+    "FSDP: ranks per shard group; 0 = all ranks (plain FSDP); a divisor S of the world size: "
+    "hybrid sharding, parameters sharded over S ranks, replicated over world / S groups");
+  v("keep_fp32", d.keep_fp32,
+    "FSDP: parameters gathered and reduced in fp32 whatever param_dtype and reduce_dtype say, "
+    "comma-separated: norms (gains), scheme (SiameseNorm c1, Hyper-Connections), embeddings; "
+    "none. The default rounds only matmul weights: what bf16 autocast rounds anyway");
 }
 
 template <class V>

@@ -9,33 +9,10 @@
 #include <cmath>
 #include <map>
 
+#include "distributed/fsdp_unit.h"
 #include "normlab/nn/activation_checkpointing.h"
 
 namespace normlab {
-
-struct Fsdp::Unit {
-  struct Param {
-    std::string name;
-    torch::Tensor tensor;  // the module's parameter (storage only while gathered)
-    std::vector<int64_t> shape;
-    int64_t numel = 0, offset = 0;  // place in the flat buffer
-  };
-  std::string name;
-  bool root = false;
-  std::vector<Param> params;
-  int64_t padded = 0, shard = 0;          // flat size (a multiple of W) and shard size
-  torch::Tensor shard_param, shard_grad;  // fp32 (shard)
-  bool gathered = false;
-  torch::Tensor incoming;  // the buffer of a gather in flight (param_dtype)
-  torch::Tensor outgoing;  // this rank's shard in param_dtype while its gather is in flight
-  std::unique_ptr<Communicator::Pending> in_flight;
-  torch::Tensor accumulated;  // unsharded gradient of the micro-steps without sync (padded)
-  torch::Tensor reduce_in, reduce_out;  // a reduce-scatter in flight: flat gradient, its result
-  std::unique_ptr<Communicator::Pending> reducing;
-  int64_t pending = 0;  // parameters still to accumulate in this backward
-  bool reduced = true;  // this backward's gradient is in shard_grad
-  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks;
-};
 
 namespace {
 
@@ -89,24 +66,50 @@ Fsdp::Fsdp(DecoderLM model, Communicator& comm, const FsdpOptions& options,
     TORCH_CHECK(master == torch::kDouble ? t == torch::kDouble
                                          : t == torch::kFloat || t == torch::kBFloat16,
                 "Fsdp: gathers and reductions of ", master, " parameters cannot run in ", t);
-  const int64_t W = comm_.world(), r = comm_.rank();
-  const size_t L = model_->scheme_blocks.size();
-  for (size_t l = 0; l <= L; ++l) {
-    units_.push_back(std::make_unique<Unit>());
-    units_.back()->root = l == L;
-    units_.back()->name = l == L ? "root" : "blocks." + std::to_string(l);
+  const int64_t W = comm_.world();
+  const int64_t S = options_.shard_size > 0 ? options_.shard_size : W;
+  TORCH_CHECK(S <= W && W % S == 0, "Fsdp: shard groups of ", S, " ranks do not divide ", W,
+              " ranks");
+  shard_ = &comm_;
+  if (S < W) {  // hybrid: every rank takes part in both splits, in this order
+    const int r = comm_.rank(), s = static_cast<int>(S);
+    shard_group_ = comm_.split(/*color=*/r / s, /*key=*/r % s);
+    replica_group_ = comm_.split(/*color=*/r % s, /*key=*/r / s);
+    shard_ = shard_group_.get();
   }
+  const int64_t r = shard_->rank();
+  // A unit of its own for the parameters kept in the master dtype, only when some gather or
+  // reduction is narrower (else one unit per slot, as without a policy).
+  const bool split = options_.param_dtype != master || options_.reduce_dtype != master;
+  const size_t L = model_->scheme_blocks.size();
+  slots_.resize(L + 1);
+  std::map<std::pair<size_t, bool>, Unit*> unit_of;  // (slot, kept) -> unit
   for (const auto& p : model_->named_parameters()) {
     const std::string& name = p.key();
-    size_t u = L;  // root unless blocks.<l>.
-    if (name.rfind("blocks.", 0) == 0) u = std::stoul(name.substr(7, name.find('.', 7) - 7));
+    size_t slot = L;  // root unless blocks.<l>.
+    if (name.rfind("blocks.", 0) == 0) slot = std::stoul(name.substr(7, name.find('.', 7) - 7));
+    const bool kept = split && options_.keep_fp32.count(name) > 0;
+    Unit*& u = unit_of[{slot, kept}];
+    if (!u) {
+      units_.push_back(std::make_unique<Unit>());
+      u = units_.back().get();
+      u->slot = slot;
+      u->name = (slot == L ? std::string("root") : "blocks." + std::to_string(slot)) +
+                (kept ? " (kept)" : "");
+      u->gather_dtype = kept ? master : options_.param_dtype;
+      u->reduce_dtype = kept ? master : options_.reduce_dtype;
+    }
     Unit::Param q;
     q.name = name;
     q.tensor = p.value();
     q.shape = p.value().sizes().vec();
     q.numel = p.value().numel();
-    units_[u]->params.push_back(std::move(q));
+    u->params.push_back(std::move(q));
   }
+  // Units in slot order (each slot's own unit first): every rank meets them in this order.
+  std::stable_sort(units_.begin(), units_.end(),
+                   [](const auto& a, const auto& b) { return a->slot < b->slot; });
+  for (auto& u : units_) slots_[u->slot].push_back(u.get());
 
   torch::NoGradGuard no_grad;
   for (auto& up : units_) {
@@ -116,8 +119,8 @@ Fsdp::Fsdp(DecoderLM model, Communicator& comm, const FsdpOptions& options,
       q.offset = total;
       total += q.numel;
     }
-    u.shard = (total + W - 1) / W;
-    u.padded = u.shard * W;
+    u.shard = (total + S - 1) / S;
+    u.padded = u.shard * S;
     const auto opts = torch::TensorOptions().dtype(master).device(model_->embed->weight.device());
     torch::Tensor flat = torch::zeros({u.padded}, opts);
     for (auto& q : u.params) flat.narrow(0, q.offset, q.numel).copy_(q.tensor.reshape(-1));
@@ -163,10 +166,10 @@ Fsdp::~Fsdp() {
 void Fsdp::start_gather(Unit& u) {
   if (u.gathered || u.in_flight) return;
   torch::NoGradGuard no_grad;
-  const bool narrow = options_.param_dtype != u.shard_param.scalar_type();
-  u.outgoing = narrow ? u.shard_param.to(options_.param_dtype) : u.shard_param;
+  const bool narrow = u.gather_dtype != u.shard_param.scalar_type();
+  u.outgoing = narrow ? u.shard_param.to(u.gather_dtype) : u.shard_param;
   u.incoming = torch::empty({u.padded}, u.outgoing.options());
-  u.in_flight = comm_.all_gather_async(u.incoming, u.outgoing);
+  u.in_flight = shard_->all_gather_async(u.incoming, u.outgoing);
 }
 
 void Fsdp::gather(Unit& u) {
@@ -186,12 +189,14 @@ void Fsdp::gather(Unit& u) {
   u.gathered = true;
 }
 
-void Fsdp::gather_and_prefetch(size_t unit, bool backward) {
-  gather(*units_.at(unit));
-  const size_t blocks = units_.size() - 1;  // the root unit is last
+void Fsdp::gather_and_prefetch(size_t slot, bool backward) {
+  for (Unit* u : slots_.at(slot)) gather(*u);
+  const size_t blocks = slots_.size() - 1;  // the root is last
   if (!options_.prefetch) return;
-  if (!backward && unit + 1 < blocks) start_gather(*units_[unit + 1]);
-  if (backward && unit >= 1 && unit < blocks) start_gather(*units_[unit - 1]);
+  if (!backward && slot + 1 < blocks)
+    for (Unit* u : slots_[slot + 1]) start_gather(*u);
+  if (backward && slot >= 1 && slot < blocks)
+    for (Unit* u : slots_[slot - 1]) start_gather(*u);
 }
 
 void Fsdp::free(Unit& u) {
@@ -217,10 +222,10 @@ void Fsdp::reduce_grads(Unit& u) {
   }
   torch::Tensor flat;
   if (u.accumulated.defined()) {
-    flat = u.accumulated.to(options_.reduce_dtype);
+    flat = u.accumulated.to(u.reduce_dtype);
     u.accumulated = torch::Tensor();
   } else {
-    flat = torch::zeros({u.padded}, u.shard_grad.options().dtype(options_.reduce_dtype));
+    flat = torch::zeros({u.padded}, u.shard_grad.options().dtype(u.reduce_dtype));
     for (auto& q : u.params) {
       if (q.tensor.grad().defined())
         flat.narrow(0, q.offset, q.numel).copy_(q.tensor.grad().reshape(-1));
@@ -232,12 +237,12 @@ void Fsdp::reduce_grads(Unit& u) {
   u.reduce_in = flat;
   u.reduce_out = torch::empty({u.shard}, flat.options());
   if (options_.overlap_reduce) {
-    u.reducing = comm_.reduce_scatter_async(u.reduce_out, u.reduce_in);
+    u.reducing = shard_->reduce_scatter_async(u.reduce_out, u.reduce_in);
     reducing_ = &u;
   } else {
     {
       WaitTimer timer(wait_seconds_);
-      comm_.reduce_scatter(u.reduce_out, u.reduce_in);
+      shard_->reduce_scatter(u.reduce_out, u.reduce_in);
     }
     finish_reduce(u);
   }
@@ -252,30 +257,38 @@ void Fsdp::finish_reduce(Unit& u) {
   u.reducing.reset();
   if (reducing_ == &u) reducing_ = nullptr;
   if (!u.reduce_out.defined()) return;
+  if (replica_group_) {  // hybrid: the shard's sum over its group, summed over the replicas
+    WaitTimer timer(wait_seconds_);
+    replica_group_->all_reduce(u.reduce_out, ReduceOp::Sum);
+  }
   u.shard_grad.add_(u.reduce_out.to(u.shard_grad.scalar_type()),
                     1.0 / static_cast<double>(comm_.world()));
   u.reduce_in = u.reduce_out = torch::Tensor();
 }
 
 void Fsdp::before_forward() {
-  Unit& root = *units_.back();
-  gather(root);
-  if (options_.prefetch && units_.size() > 1) start_gather(*units_[0]);
-  if (torch::GradMode::is_enabled()) {
-    root.pending = static_cast<int64_t>(root.params.size());
-    root.reduced = false;
-  }
+  const size_t root = slots_.size() - 1;
+  for (Unit* u : slots_[root]) gather(*u);
+  if (options_.prefetch && root > 0)
+    for (Unit* u : slots_[0]) start_gather(*u);
+  if (torch::GradMode::is_enabled())
+    for (Unit* u : slots_[root]) {
+      u->pending = static_cast<int64_t>(u->params.size());
+      u->reduced = false;
+    }
 }
 
 Streams Fsdp::run_block(size_t layer, SchemeBlockImpl& block, const Streams& in) {
-  Unit& u = *units_.at(layer);
+  const std::vector<Unit*>& units = slots_.at(layer);
   gather_and_prefetch(layer, /*backward=*/false);
   Streams out = activation_checkpointed(options_.activation_checkpointing_every, layer)
                     ? activation_checkpointed_forward(block, in)
                     : block.forward(in);
   if (torch::GradMode::is_enabled()) {
-    u.pending = static_cast<int64_t>(u.params.size());
-    u.reduced = false;
+    for (Unit* u : units) {
+      u->pending = static_cast<int64_t>(u->params.size());
+      u->reduced = false;
+    }
     torch::autograd::variable_list xs{out.x};
     if (out.y.defined()) xs.push_back(out.y);
     auto ys = GatherBeforeBackward::apply(at::TensorList(xs),
@@ -283,15 +296,17 @@ Streams Fsdp::run_block(size_t layer, SchemeBlockImpl& block, const Streams& in)
                                           static_cast<int64_t>(layer));
     out.x = ys[0];
     if (out.y.defined()) out.y = ys[1];
-    if (options_.reshard_after_forward) free(u);
+    if (options_.reshard_after_forward)
+      for (Unit* u : units) free(*u);
   } else {
-    free(u);
+    for (Unit* u : units) free(*u);
   }
   return out;
 }
 
 torch::Tensor Fsdp::after_forward(torch::Tensor logits) {
-  if (!torch::GradMode::is_enabled()) free(*units_.back());
+  if (!torch::GradMode::is_enabled())
+    for (Unit* u : slots_.back()) free(*u);
   return logits;
 }
 
@@ -302,98 +317,6 @@ void Fsdp::finish_backward() {
       reduce_grads(*u);
     }
   if (reducing_) finish_reduce(*reducing_);
-}
-
-void Fsdp::zero_grad() {
-  if (reducing_) finish_reduce(*reducing_);  // a backward not finished (an error): drop it
-  for (auto& u : units_) {
-    u->shard_grad.zero_();
-    u->accumulated = torch::Tensor();
-    if (u->in_flight) {  // a prefetch nothing consumed: complete it and drop it (the shards change
-                         // next)
-      u->in_flight->wait();
-      u->in_flight.reset();
-      u->incoming = torch::Tensor();
-      u->outgoing = torch::Tensor();
-    }
-  }
-}
-
-double Fsdp::clip_grad_norm(double max_norm) {
-  torch::NoGradGuard no_grad;
-  double local = 0.0;
-  for (auto& u : units_) local += u->shard_grad.to(torch::kDouble).pow(2).sum().item<double>();
-  const double total = std::sqrt(comm_.sum(local));
-  if (max_norm > 0.0 && std::isfinite(total)) {
-    const double coef = max_norm / (total + 1e-6);
-    if (coef < 1.0)
-      for (auto& u : units_) u->shard_grad.mul_(coef);
-  }
-  return total;
-}
-
-double Fsdp::take_wait_seconds() {
-  const double s = wait_seconds_;
-  wait_seconds_ = 0.0;
-  return s;
-}
-
-TensorDict Fsdp::local_weights() const {
-  TensorDict out;
-  for (const auto& p : pieces_) out[p.name] = p.param.detach();
-  return out;
-}
-
-void Fsdp::load_full(const TensorDict& full, const std::string& what) {
-  torch::NoGradGuard no_grad;
-  std::string missing;
-  for (const auto& u : units_)
-    for (const auto& q : u->params) {
-      const auto it = full.find(q.name);
-      if (it == full.end()) {
-        missing += " " + q.name;
-        continue;
-      }
-      if (it->second.sizes().vec() != q.shape)
-        throw CheckpointError(what + ": '" + q.name + "' has shape " +
-                              c10::str(it->second.sizes()) + ", the model's is " +
-                              c10::str(c10::IntArrayRef(q.shape)));
-    }
-  if (!missing.empty()) throw CheckpointError(what + ": missing parameters:" + missing);
-  for (auto& p : pieces_)
-    p.param.copy_(full.at(p.name).reshape(-1).narrow(0, p.start, p.param.numel()));
-}
-
-TensorDict Fsdp::slice_state(const TensorDict& full) const {
-  std::map<std::string, const ShardPiece*> by_name;
-  for (const auto& p : pieces_) by_name[p.name] = &p;
-  std::map<std::string, int64_t> numel_of;
-  for (const auto& u : units_)
-    for (const auto& q : u->params) numel_of[q.name] = q.numel;
-  TensorDict out;
-  for (const auto& [key, t] : full) {
-    const size_t dot = key.find('.');
-    const std::string name = dot == std::string::npos ? "" : key.substr(dot + 1);
-    const auto n = numel_of.find(name);
-    if (n == numel_of.end() || t.numel() != n->second || t.dim() == 0) {
-      out[key] = t;  // scalars and anything not shaped like a parameter
-      continue;
-    }
-    const auto piece = by_name.find(name);
-    if (piece == by_name.end()) continue;  // none of this parameter on this rank
-    out[key] = t.reshape(-1).narrow(0, piece->second->start, piece->second->param.numel()).clone();
-  }
-  return out;
-}
-
-int64_t Fsdp::resident_bytes() const {
-  int64_t bytes = 0;
-  for (const auto& u : units_) {
-    bytes += (u->shard_param.numel() + u->shard_grad.numel()) * static_cast<int64_t>(sizeof(float));
-    for (const auto& q : u->params) bytes += static_cast<int64_t>(q.tensor.storage().nbytes());
-    if (u->accumulated.defined()) bytes += static_cast<int64_t>(u->accumulated.nbytes());
-  }
-  return bytes;
 }
 
 }  // namespace normlab

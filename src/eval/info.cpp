@@ -60,7 +60,9 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const MemoryPlan& plan) {
   const ParamCounts c = count_parameters(cfg);
   const double N = static_cast<double>(c.total);
   const double W = static_cast<double>(std::max<int64_t>(plan.world_size, 1));
-  const double shard = plan.fsdp ? W : 1.0;
+  const double shard = !plan.fsdp            ? 1.0
+                       : plan.shard_size > 0 ? std::min(static_cast<double>(plan.shard_size), W)
+                                             : W;
   const double act_bytes = plan.bf16 ? 2.0 : 4.0;
 
   MemoryEstimate m;
@@ -72,12 +74,17 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const MemoryPlan& plan) {
   const double largest_unit =
       std::max(largest_block, static_cast<double>(c.embedding + c.head + c.ends));
   if (plan.fsdp) {
-    // The unit in use and the prefetched next one, gathered in the compute dtype, plus the
-    // unit's full fp32 gradient before it is reduce-scattered (and, overlapped, the previous
-    // unit's while its reduce-scatter runs); reducing per step keeps every unit's gradient
-    // summed over the micro-steps, unsharded.
-    m.working =
-        2.0 * act_bytes * largest_unit + 4.0 * largest_unit * (plan.overlap_reduce ? 2.0 : 1.0);
+    // The unit in use, widened into fp32 module parameters, and the prefetched next one in
+    // flight in the gather dtype (bf16 under autocast), plus the unit's full fp32 gradient
+    // before it is reduce-scattered (and, overlapped, the previous unit's while its
+    // reduce-scatter runs); reducing per step keeps every unit's gradient summed over the
+    // micro-steps, unsharded. Under bf16 autocast every matmul's bf16 copy of its weight lives
+    // from its block's forward to its backward (autograd saves it; with activation
+    // checkpointing autocast's cast cache holds it to the end of the forward): not sharded
+    // (docs/distributed.md, "Memory per rank"; tools/bench/autocast_memory.py).
+    m.working = 4.0 * largest_unit + act_bytes * largest_unit +
+                4.0 * largest_unit * (plan.overlap_reduce ? 2.0 : 1.0);
+    if (plan.bf16) m.working += 2.0 * N;
     if (plan.reduce_per_step) m.working += 4.0 * N;
   } else if (plan.bf16) {
     m.working = 2.0 * N;  // autocast's bf16 copy of every weight matrix

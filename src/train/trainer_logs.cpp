@@ -218,8 +218,8 @@ void Trainer::Impl::log_fsdp_memory() {
       "%.4f of one unsharded process (%.3f MB); 1/%lld = %.4f",
       static_cast<double>(sum.rank_state_bytes) / 1e6,
       static_cast<double>(sum.rank_state_bytes) / static_cast<double>(sum.unsharded_state_bytes),
-      static_cast<double>(sum.unsharded_state_bytes) / 1e6, static_cast<long long>(world),
-      1.0 / static_cast<double>(world));
+      static_cast<double>(sum.unsharded_state_bytes) / 1e6,
+      static_cast<long long>(fsdp->shard_world()), 1.0 / static_cast<double>(fsdp->shard_world()));
   info(msg);
 }
 

@@ -54,14 +54,17 @@ void Trainer::Impl::resume() {
                           " corrupted, set aside as step-N.corrupted)");
   latest = intact.dir;
   check_resumable(cfg, (fs::path(*latest) / "config.yaml").string(), lead ? log : nullptr);
+  // Under hybrid sharding a checkpoint holds one shard group's pieces: S ranks' files.
+  const int64_t shards = fsdp ? fsdp->shard_world() : world;
   const int64_t saved_world = checkpoint_world(*latest);
-  if (saved_world > 1 && saved_world != world)
+  if (saved_world > 1 && saved_world != shards)
     throw CheckpointError(
-        *latest + " was written by " + std::to_string(saved_world) + " ranks and this run has " +
-        std::to_string(world) + ": join its shards with `normlab checkpoint consolidate " +
-        "--checkpoint " + *latest + " --out NEW_RUN_DIR`, then resume NEW_RUN_DIR on any number " +
-        "of ranks");
-  const Checkpoint ck = checkpoint_load(*latest, rank);
+        *latest + " was written by " + std::to_string(saved_world) + " shards and this run " +
+        (shards < world ? "has shard groups of " + std::to_string(shards) + " ranks"
+                        : "has " + std::to_string(world) + " ranks") +
+        ": join its shards with `normlab checkpoint consolidate " + "--checkpoint " + *latest +
+        " --out NEW_RUN_DIR`, then resume NEW_RUN_DIR on any number of ranks");
+  const Checkpoint ck = checkpoint_load(*latest, fsdp ? fsdp->shard_rank() : rank);
   restore(ck);
   {
     at::Generator gen = cpu_generator();
@@ -112,7 +115,15 @@ std::string Trainer::Impl::save() {
     ck.model = weights_of(*model);
     return checkpoint_save(o.run_dir, ck, cfg.checkpoint.keep, o.checkpoint_fault);
   }
-  if (world == 1) {  // FSDP in one process (force_fsdp): its pieces are whole parameters
+  // Hybrid sharding: the replicas hold the same pieces; the first shard group writes them (a
+  // checkpoint of S ranks) while the others wait for it.
+  const int64_t shards = fsdp->shard_world();
+  if (fsdp->replica() > 0) {
+    comm.barrier();
+    return "written by the first shard group";
+  }
+  std::string dir;
+  if (shards == 1) {  // one shard holds whole parameters (force_fsdp, or shard_size 1)
     for (const ShardPiece& p : fsdp->pieces()) {
       ck.model[p.name] = p.param.detach().reshape(p.shape);
       for (const std::string prefix : {"exp_avg.", "exp_avg_sq."}) {
@@ -120,17 +131,21 @@ std::string Trainer::Impl::save() {
         t = t.reshape(p.shape);
       }
     }
-    return checkpoint_save(o.run_dir, ck, cfg.checkpoint.keep, o.checkpoint_fault);
+    dir = checkpoint_save(o.run_dir, ck, cfg.checkpoint.keep, o.checkpoint_fault);
+  } else {
+    ck.model = fsdp->local_weights();
+    ck.world = shards;
+    ck.rank = fsdp->shard_rank();
+    for (const ShardPiece& p : fsdp->pieces()) {
+      ck.starts[p.name] = p.start;
+      ck.shapes[p.name] = p.shape;
+    }
+    dir = checkpoint_save_sharded(
+        o.run_dir, ck, cfg.checkpoint.keep, [&] { fsdp->shard_comm().barrier(); },
+        o.checkpoint_fault);
   }
-  ck.model = fsdp->local_weights();
-  ck.world = world;
-  ck.rank = rank;
-  for (const ShardPiece& p : fsdp->pieces()) {
-    ck.starts[p.name] = p.start;
-    ck.shapes[p.name] = p.shape;
-  }
-  return checkpoint_save_sharded(
-      o.run_dir, ck, cfg.checkpoint.keep, [&] { comm.barrier(); }, o.checkpoint_fault);
+  if (shards < world) comm.barrier();  // the other replicas wait for the files
+  return dir;
 }
 
 }  // namespace normlab

@@ -12,6 +12,7 @@
 #include "normlab/distributed/agreement.h"
 #include "normlab/eval/info.h"
 #include "normlab/nn/attention.h"
+#include "normlab/nn/parameter_roles.h"
 #include "normlab/nn/weights.h"
 #include "normlab/util/device.h"
 #include "normlab/util/safetensors.h"
@@ -41,6 +42,11 @@ Trainer::Impl::Impl(const RunConfig& config, const TrainOptions& options)
     throw ConfigError(
         "diagnostics.every = " + std::to_string(cfg.diagnostics.every) +
         ": the diagnostics need a single process (run `normlab analyze` on a checkpoint)");
+  const int64_t shard_size = cfg.distributed.shard_size;
+  if (sharded && shard_size > 0 && (shard_size > world || world % shard_size != 0))
+    throw ConfigError("distributed.shard_size = " + std::to_string(shard_size) +
+                      ": must divide the number of ranks (" + std::to_string(world) +
+                      "), e.g. the GPUs of one node; 0 shards over all ranks");
   open_run_folder();
   device = resolve_device(cfg.train.device, o.device_index);
   bf16 = device.is_cuda() &&
@@ -242,9 +248,17 @@ void Trainer::Impl::build_model() {
   fo.param_dtype = dtype_of(cfg.distributed.param_dtype, bf16 ? torch::kBFloat16 : torch::kFloat);
   fo.reduce_dtype = dtype_of(cfg.distributed.reduce_dtype, fo.param_dtype);
   if (fp64) fo.param_dtype = fo.reduce_dtype = torch::kDouble;
+  fo.shard_size = cfg.distributed.shard_size;
+  fo.keep_fp32 = parameters_kept_fp32(*model, cfg.distributed.keep_fp32);
   fsdp_dtypes = std::string(", gathers in ") + short_name(fo.param_dtype) + ", reductions in " +
                 short_name(fo.reduce_dtype);
+  if (!fp64 && (fo.param_dtype != torch::kFloat || fo.reduce_dtype != torch::kFloat))
+    fsdp_dtypes += " (" + std::to_string(fo.keep_fp32.size()) +
+                   " parameters kept in fp32: " + cfg.distributed.keep_fp32 + ")";
   fsdp = std::make_unique<Fsdp>(model, comm, fo, weight_decay_names(*model, cfg.optimizer));
+  if (fsdp->shard_world() < world)
+    fsdp_dtypes += ", hybrid: shard groups of " + std::to_string(fsdp->shard_world()) + " ranks, " +
+                   std::to_string(world / fsdp->shard_world()) + " replicas";
   std::vector<OptParam> pieces;
   for (const ShardPiece& p : fsdp->pieces()) pieces.push_back({p.name, p.param, p.decay});
   opt = std::make_unique<AdamW>(pieces, cfg.optimizer);

@@ -8,6 +8,7 @@
 #include "command.h"
 #include "normlab/config/config_io.h"
 #include "normlab/eval/info.h"
+#include "normlab/util/error.h"
 
 namespace normlab::cli {
 namespace {
@@ -113,6 +114,11 @@ int run_info(const InfoOptions& o) {
             << human(f * static_cast<double>(cfg.train.global_batch * T), "FLOP")
             << "  (global batch " << cfg.train.global_batch << " x " << T << " tokens)\n";
 
+  const int64_t S = cfg.distributed.shard_size;
+  if (S > 0 && (S > o.world_size || o.world_size % S != 0))
+    throw ConfigError("distributed.shard_size = " + std::to_string(S) +
+                      ": must divide the number of GPUs (--world-size " +
+                      std::to_string(o.world_size) + ")");
   MemoryPlan plan;
   plan.seq_len = T;
   plan.micro_batch = o.micro_batch > 0 ? o.micro_batch : cfg.train.micro_batch;
@@ -130,10 +136,15 @@ int run_info(const InfoOptions& o) {
     for (int ac = 0; ac < 2; ++ac) {
       plan.fsdp = fsdp == 1;
       plan.world_size = plan.fsdp ? o.world_size : 1;
+      plan.shard_size = cfg.distributed.shard_size;
       plan.activation_checkpointing = ac == 1;
       const MemoryEstimate e = estimate_memory(m, plan);
-      std::string label =
-          plan.fsdp ? "FSDP over " + std::to_string(o.world_size) + " GPUs" : "replicated";
+      const bool hybrid = plan.shard_size > 0 && plan.shard_size < o.world_size;
+      // HSDP S x R: parameters sharded over groups of S GPUs, replicated R times.
+      std::string label = !plan.fsdp ? "replicated"
+                          : hybrid   ? "HSDP " + std::to_string(plan.shard_size) + " x " +
+                                         std::to_string(o.world_size / plan.shard_size) + " GPUs"
+                                   : "FSDP over " + std::to_string(o.world_size) + " GPUs";
       label += ac ? ", activation checkpointing" : "";
       char line[256];
       std::snprintf(line, sizeof line, "  %-44s%-20s%-10s%-13s%-10s%s\n", label.c_str(),
@@ -142,6 +153,10 @@ int run_info(const InfoOptions& o) {
       std::cout << line;
     }
   }
+  if (S > 0 && S < o.world_size)
+    std::cout << "  HSDP " << S << " x " << o.world_size / S << ": distributed.shard_size " << S
+              << ", parameters sharded over " << S << " GPUs and replicated " << o.world_size / S
+              << " times\n";
   if (cfg.distributed.reduce == GradientReduce::PerStep) {
     std::cout << "  distributed.reduce per_step: ";
     if (plan.reduce_per_step)

@@ -100,6 +100,10 @@ struct DistributedConfig {
   Precision reduce_dtype = Precision::Fp32;
   GradientReduce reduce = GradientReduce::PerMicroStep;
   bool overlap_reduce = true;
+  int64_t shard_size = 0;  // ranks per shard group (hybrid sharding); 0: all ranks
+  // Parameters gathered and reduced in fp32 whatever param_dtype and reduce_dtype say: a
+  // comma-separated list of norms, scheme, embeddings; or none.
+  std::string keep_fp32 = "norms,scheme,embeddings";
 };
 
 struct RunConfig {

@@ -94,6 +94,11 @@ class Communicator {
   virtual void all_reduce(torch::Tensor& t, ReduceOp op) = 0;
   virtual void broadcast(torch::Tensor& t, int root) = 0;
   virtual void barrier() = 0;
+  /// A communicator of the ranks that pass the same `color`, ranked by `key` (ties: by rank),
+  /// as MPI_Comm_split: every rank calls it, in the same order relative to its other
+  /// collectives. It must be destroyed before this one. Hybrid sharding (fsdp.h) splits the
+  /// world into shard groups and replica groups.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
   /// Helpers over all_reduce for host scalars.
   double sum(double v);
@@ -126,6 +131,9 @@ class SingleProcess final : public Communicator {
   void all_reduce(torch::Tensor&, ReduceOp) override {}
   void broadcast(torch::Tensor&, int) override {}
   void barrier() override {}
+  std::unique_ptr<Communicator> split(int, int) override {
+    return std::make_unique<SingleProcess>();
+  }
 };
 
 }  // namespace normlab

@@ -2,9 +2,15 @@
 // knows only its ForwardHooks).
 //
 // Units: one per block, plus a root unit of everything else (embedding, end norms, head).
-// Each unit's parameters are flattened in name order, padded to a multiple of the world size
-// W, and cut into W equal fp32 shards; rank r keeps shard r (shard_param) and its gradient
-// (shard_grad) and nothing else between steps: the module's parameters hold no storage.
+// Each unit's parameters are flattened in name order, padded to a multiple of the shard group
+// size S, and cut into S equal fp32 shards; the rank of index s in its group keeps shard s
+// (shard_param) and its gradient (shard_grad) and nothing else between steps: the module's
+// parameters hold no storage.
+//   groups    plain FSDP: S = W, one group. Hybrid sharding (shard_size S below W, a divisor):
+//             ranks r with the same r / S form a shard group (the communicator split), and
+//             ranks with the same r % S a replica group of W / S ranks holding the same shard.
+//             Gathers and reduce-scatters run within the shard group; each reduced shard
+//             gradient is then all-reduced over the replica group (summed over all W ranks).
 //   forward   before a unit runs, its shards are all-gathered into a flat buffer and the
 //             module's parameters become views into it; after the block it is freed again
 //             (reshard_after_forward) unless gradients are off. The root unit stays gathered
@@ -15,6 +21,10 @@
 //             bf16 autocast feeds its matmuls anyway) and its gradients stay fp32; with
 //             reduce_dtype bf16 the gradients are summed over ranks in bf16, else in fp32.
 //             A float64 model (train.precision fp64, for exact checks) keeps everything fp64.
+//             keep_fp32 names parameters that are gathered and reduced in the shards' dtype
+//             whatever these say (norm gains, scalars: what bf16 autocast would not round);
+//             when a gather or reduction is narrower, they form a unit of their own beside
+//             the block's (or the root's), gathered and freed with it.
 //   prefetch  the next unit's all-gather (forward: block l+1; backward: block l-1) is started
 //             before the current unit computes, so that an engine that overlaps (NCCL, on its
 //             own stream) moves it while the block runs; at most one unit is in flight
@@ -30,10 +40,11 @@
 //             distributed.reduce per_step): each unit's gradient is added to an unsharded flat
 //             buffer of the unit instead of being reduced; the micro-step with sync on reduces
 //             that sum once. Costs one unsharded gradient (in the shards' dtype) per rank.
-// The optimizer sees pieces(): per parameter, the 1-D view of the elements rank r holds, with
-// the weight-decay decision of the whole parameter. Pieces of one parameter over ranks 0..W-1
-// concatenate to the flattened parameter, which is what sharded checkpoints and their
-// consolidation rely on (checkpoint.h).
+// The optimizer sees pieces(): per parameter, the 1-D view of the elements this rank holds,
+// with the weight-decay decision of the whole parameter. Pieces of one parameter over the shard
+// ranks 0..S-1 concatenate to the flattened parameter, which is what sharded checkpoints and
+// their consolidation rely on (checkpoint.h; under hybrid sharding the first replica group
+// writes them, as a checkpoint of S ranks).
 #pragma once
 
 #include <torch/types.h>
@@ -61,6 +72,11 @@ struct FsdpOptions {
   // Start each unit's reduce-scatter without waiting for it; it completes when the next unit's
   // starts, or in finish_backward (at most one in flight).
   bool overlap_reduce = true;
+  // Ranks per shard group (hybrid sharding); 0: all ranks. Must divide the world size.
+  int64_t shard_size = 0;
+  // Parameters (by name) gathered and reduced in the shards' dtype, not param_dtype and
+  // reduce_dtype.
+  std::set<std::string> keep_fp32;
 };
 
 /// This rank's elements of one parameter.
@@ -92,6 +108,12 @@ class Fsdp final : public ForwardHooks {
   /// After each backward: reduces the units whose hooks did not complete (parameters that got
   /// no gradient), in unit order on every rank, and completes every reduction in flight.
   void finish_backward();
+  /// The shard group this rank belongs to (the world, without hybrid sharding): its size S,
+  /// this rank's index in it, and the replica group's index r / S (0 .. W / S - 1).
+  Communicator& shard_comm() { return *shard_; }
+  int shard_world() const { return shard_->world(); }
+  int shard_rank() const { return shard_->rank(); }
+  int replica() const { return comm_.rank() / shard_->world(); }
   /// The global gradient norm over all shards; clips like clip_grad_norm (optimizer.h).
   double clip_grad_norm(double max_norm);
   /// Seconds the calling thread has waited for gathers and reductions to complete since the
@@ -118,8 +140,9 @@ class Fsdp final : public ForwardHooks {
 
   struct Unit;
   void gather(Unit& u);  // public for the backward node
-  /// gather(u), then start the gather of the unit after it in this pass (prefetch).
-  void gather_and_prefetch(size_t unit, bool backward);
+  /// Gathers the units of `slot` (block `slot`, or the root: slot L), then starts the gathers
+  /// of the slot after it in this pass (prefetch).
+  void gather_and_prefetch(size_t slot, bool backward);
 
  private:
   void start_gather(Unit& u);
@@ -130,7 +153,10 @@ class Fsdp final : public ForwardHooks {
   DecoderLM model_;
   Communicator& comm_;
   FsdpOptions options_;
-  std::vector<std::unique_ptr<Unit>> units_;  // blocks 0..L-1, then the root
+  std::unique_ptr<Communicator> shard_group_, replica_group_;  // hybrid sharding only
+  Communicator* shard_ = nullptr;             // the shard group: shard_group_, or comm_
+  std::vector<std::unique_ptr<Unit>> units_;  // in slot order
+  std::vector<std::vector<Unit*>> slots_;     // blocks 0..L-1, then the root: their units
   std::vector<ShardPiece> pieces_;
   bool sync_ = true;
   double wait_seconds_ = 0.0;

@@ -38,6 +38,7 @@ struct MemoryPlan {
   int64_t micro_batch = 8;
   int64_t world_size = 1;
   bool fsdp = false;                      // parameters, gradients and AdamW state sharded
+  int64_t shard_size = 0;                 // FSDP over groups of this many ranks; 0: world_size
   bool activation_checkpointing = false;  // per block: keep block inputs, recompute inside
   bool bf16 = true;                       // bf16 autocast compute, fp32 master weights
   bool overlap_reduce = true;    // FSDP: one unit's flat gradient in flight beside the one filled
@@ -50,8 +51,8 @@ struct MemoryEstimate {
   double weights = 0;      // fp32 master parameters (this rank's share)
   double gradients = 0;    // fp32 gradients (this rank's share)
   double optimizer = 0;    // AdamW moments, fp32
-  double working = 0;      // bf16 weight copies in use (all-gathered units or the autocast cache),
-                           // FSDP's flat gradients and its per-step gradient sum
+  double working = 0;      // bf16 weight copies of autocast (every matmul's, also under FSDP),
+                           // FSDP's gathered units, flat gradients and per-step gradient sum
   double activations = 0;  // saved for backward by the blocks
   double logits = 0;       // logits, their fp32 softmax and gradient
   double total() const { return weights + gradients + optimizer + working + activations + logits; }

@@ -1,7 +1,7 @@
-// The CPU engine: Open MPI over MPI_COMM_WORLD. Collectives are issued non-blocking and
-// polled, so that a peer that died or hangs ends in a CommError after the timeout (mpirun
-// itself also ends the job when a rank exits abnormally). Polling sleeps between tests: with
-// more ranks than cores (tests, laptops) a spinning wait would starve the ranks it waits for.
+// The CPU engine: Open MPI over MPI_COMM_WORLD (or a part of it, split). Collectives are issued
+// non-blocking and polled, so that a peer that died or hangs ends in a CommError after the timeout
+// (mpirun itself also ends the job when a rank exits abnormally). Polling sleeps between tests:
+// with more ranks than cores (tests, laptops) a spinning wait would starve the ranks it waits for.
 // A collective that failed or timed out is still active inside MPI, which may write into its
 // buffers whenever MPI is entered again: its tensors are kept alive for the rest of the process
 // (abandon), so that the memory can never be handed to another tensor.
@@ -77,18 +77,34 @@ class MpiCommunicator final : public Communicator {
                                ", normlab needs at least MPI_THREAD_FUNNELED");
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &world_);
     MPI_Op_create(&bf16_sum, /*commute=*/1, &bf16_sum_);
     if (rank_ != env.rank || world_ != env.world)
       throw DistributedError("MPI reports rank " + std::to_string(rank_) + " of " +
                              std::to_string(world_) + " but the launcher's variables say rank " +
                              std::to_string(env.rank) + " of " + std::to_string(env.world));
   }
+  // A sub-communicator of `root` (split): shares its bf16 operator, its failure state and its
+  // abandoned buffers; frees only its own MPI communicator.
+  MpiCommunicator(MpiCommunicator* root, MPI_Comm comm)
+      : comm_(comm),
+        bf16_sum_(root->bf16_sum_),
+        timeout_(root->timeout_),
+        root_(root),
+        abandoned_(nullptr) {
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &world_);
+  }
   ~MpiCommunicator() override {
     // After a failed collective, peers may be gone: finalizing could block. Exiting without it
     // makes mpirun end the job, which is what a failed rank should do. The abandoned buffers
     // are then never freed: MPI may still write into them until the process ends.
+    if (root_ != this) {
+      if (!root_->failed_) MPI_Comm_free(&comm_);
+      return;
+    }
     if (!failed_) {
       MPI_Op_free(&bf16_sum_);
       MPI_Finalize();
@@ -108,7 +124,7 @@ class MpiCommunicator final : public Communicator {
     const MPI_Datatype type = mpi_type(in, false);
     MPI_Request req;
     check(MPI_Iallgather(in.data_ptr(), count_of(in, type), type, out.data_ptr(),
-                         count_of(in, type), type, MPI_COMM_WORLD, &req),
+                         count_of(in, type), type, comm_, &req),
           "all_gather");
     wait(req, "all_gather", in.numel(), {out, in});
   }
@@ -121,7 +137,7 @@ class MpiCommunicator final : public Communicator {
     const MPI_Datatype type = mpi_type(in, false);
     auto p = std::make_unique<InFlight>(this, "all_gather", in.numel(), out, in);
     check(MPI_Iallgather(in.data_ptr(), count_of(in, type), type, out.data_ptr(),
-                         count_of(in, type), type, MPI_COMM_WORLD, &p->req),
+                         count_of(in, type), type, comm_, &p->req),
           "all_gather");
     return p;
   }
@@ -134,7 +150,7 @@ class MpiCommunicator final : public Communicator {
     const MPI_Datatype type = mpi_type(in, true);
     MPI_Request req;
     check(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count_of(out, type), type,
-                                    sum_op(in), MPI_COMM_WORLD, &req),
+                                    sum_op(in), comm_, &req),
           "reduce_scatter");
     wait(req, "reduce_scatter", in.numel(), {out, in});
   }
@@ -148,7 +164,7 @@ class MpiCommunicator final : public Communicator {
     const MPI_Datatype type = mpi_type(in, true);
     auto p = std::make_unique<InFlight>(this, "reduce_scatter", in.numel(), out, in);
     check(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count_of(out, type), type,
-                                    sum_op(in), MPI_COMM_WORLD, &p->req),
+                                    sum_op(in), comm_, &p->req),
           "reduce_scatter");
     return p;
   }
@@ -160,7 +176,7 @@ class MpiCommunicator final : public Communicator {
     TORCH_CHECK(op == ReduceOp::Sum || t.scalar_type() != torch::kBFloat16,
                 "MPI communicator: no bfloat16 max");
     check(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t, type), type,
-                         op == ReduceOp::Sum ? sum_op(t) : MPI_MAX, MPI_COMM_WORLD, &req),
+                         op == ReduceOp::Sum ? sum_op(t) : MPI_MAX, comm_, &req),
           "all_reduce");
     wait(req, "all_reduce", t.numel(), {t});
   }
@@ -169,15 +185,20 @@ class MpiCommunicator final : public Communicator {
     check_cpu(t, "broadcast");
     const MPI_Datatype type = mpi_type(t, false);
     MPI_Request req;
-    check(MPI_Ibcast(t.data_ptr(), count_of(t, type), type, root, MPI_COMM_WORLD, &req),
-          "broadcast");
+    check(MPI_Ibcast(t.data_ptr(), count_of(t, type), type, root, comm_, &req), "broadcast");
     wait(req, "broadcast", t.numel(), {t});
   }
 
   void barrier() override {
     MPI_Request req;
-    check(MPI_Ibarrier(MPI_COMM_WORLD, &req), "barrier");
+    check(MPI_Ibarrier(comm_, &req), "barrier");
     wait(req, "barrier", 0, {});
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm sub = MPI_COMM_NULL;  // blocking, like MPI_Comm_create: no timeout of its own
+    check(MPI_Comm_split(comm_, color, key, &sub), "split");
+    return std::make_unique<MpiCommunicator>(root_, sub);
   }
 
  private:
@@ -187,7 +208,7 @@ class MpiCommunicator final : public Communicator {
 
   void check(int rc, const char* what) {
     if (rc == MPI_SUCCESS) return;
-    failed_ = true;
+    root_->failed_ = true;
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, msg, &len);
@@ -209,7 +230,7 @@ class MpiCommunicator final : public Communicator {
       if (spins > 200)
         std::this_thread::sleep_for(std::chrono::microseconds(spins > 20000 ? 1000 : 50));
       if ((spins & 63) == 0 && Clock::now() > deadline) {
-        failed_ = true;
+        root_->failed_ = true;
         abandon(buffers);
         throw CommError(
             std::string(what) + " of " + std::to_string(numel) +
@@ -229,7 +250,8 @@ class MpiCommunicator final : public Communicator {
     }
     ~InFlight() override {
       if (done) return;
-      if (comm->failed_) {  // peers may be gone: no waiting, and MPI may still write into them
+      if (comm->root_
+              ->failed_) {  // peers may be gone: no waiting, and MPI may still write into them
         comm->abandon({out, in});
         return;
       }
@@ -249,13 +271,15 @@ class MpiCommunicator final : public Communicator {
   // Keeps the buffers of a collective that failed or timed out alive (see the top of the file).
   void abandon(std::initializer_list<torch::Tensor> buffers) {
     for (const torch::Tensor& t : buffers)
-      if (t.defined()) abandoned_->push_back(t);
+      if (t.defined()) root_->abandoned_->push_back(t);
   }
 
+  MPI_Comm comm_ = MPI_COMM_WORLD;
   int rank_ = 0, world_ = 1;
   MPI_Op bf16_sum_ = MPI_OP_NULL;
   std::chrono::seconds timeout_;
-  bool failed_ = false;
+  MpiCommunicator* root_ = this;  // the world communicator (itself, unless split from it)
+  bool failed_ = false;           // the root's: any collective of the job failed
   // Owned; left allocated when a collective failed (the destructor's comment says why).
   std::vector<torch::Tensor>* abandoned_ = new std::vector<torch::Tensor>();
 };

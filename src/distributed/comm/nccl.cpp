@@ -9,6 +9,11 @@
 #include "distributed/comm/backends.h"
 #include "normlab/util/error.h"
 
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
 #if NORMLAB_WITH_NCCL
 #ifndef USE_C10D_NCCL
 #define USE_C10D_NCCL
@@ -46,9 +51,19 @@ class NcclCommunicator final : public Communicator {
         c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
     if (env.agent_store)
       store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + env.restart_count, store);
-    auto opts = c10d::ProcessGroupNCCL::Options::create();
-    opts->timeout = std::chrono::duration_cast<std::chrono::milliseconds>(o.timeout);
-    pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world, opts);
+    store_ = store;
+    timeout_ = std::chrono::duration_cast<std::chrono::milliseconds>(o.timeout);
+    pg_ = make_group(store_, rank_, world_);
+  }
+  // A part of the world (split): its own process group (a new NCCL communicator) over the
+  // world's store, under a prefix unique to the split and the color.
+  NcclCommunicator(const NcclCommunicator& parent, const std::string& prefix, int rank, int world)
+      : rank_(rank),
+        world_(world),
+        device_(parent.device_),
+        store_(c10::make_intrusive<c10d::PrefixStore>(prefix, parent.store_)),
+        timeout_(parent.timeout_) {
+    pg_ = make_group(store_, rank_, world_);
   }
   ~NcclCommunicator() override {
     if (pg_) pg_->shutdown();
@@ -103,9 +118,38 @@ class NcclCommunicator final : public Communicator {
   }
   void barrier() override { pg_->barrier()->wait(); }
 
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    torch::Tensor mine = torch::tensor({static_cast<int64_t>(color), static_cast<int64_t>(key)},
+                                       torch::TensorOptions().dtype(torch::kLong).device(device_));
+    torch::Tensor all = torch::empty({2 * world_}, mine.options());
+    all_gather(all, mine);
+    const torch::Tensor host = all.cpu();
+    const int64_t* v = host.data_ptr<int64_t>();
+    std::vector<std::pair<int64_t, int>> members;  // (key, rank) of the ranks of this color
+    for (int r = 0; r < world_; ++r)
+      if (v[2 * r] == color) members.emplace_back(v[2 * r + 1], r);
+    std::sort(members.begin(), members.end());
+    int rank = 0;
+    while (members[static_cast<size_t>(rank)].second != rank_) ++rank;
+    const std::string prefix =
+        "split_" + std::to_string(splits_++) + "_color_" + std::to_string(color);
+    return std::unique_ptr<Communicator>(
+        new NcclCommunicator(*this, prefix, rank, static_cast<int>(members.size())));
+  }
+
  private:
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> make_group(
+      const c10::intrusive_ptr<c10d::Store>& store, int rank, int world) const {
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = timeout_;
+    return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world, opts);
+  }
+
   int rank_, world_;
   torch::Device device_{torch::kCUDA};
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::chrono::milliseconds timeout_{600000};
+  int splits_ = 0;  // splits made from this communicator (each gets its own store prefix)
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> pg_;
 };
 

@@ -185,6 +185,20 @@ TEST(Config, Float64PrecisionAndTheFsdpDtypes) {
   EXPECT_EQ(config_error_of("", {"train.precision=fp64", "distributed.param_dtype=fp32"}), "");
 }
 
+// Hybrid sharding's group size and the precision policy's list (the divisibility by the number
+// of ranks is the trainer's: test_hsdp.cpp, tests/distributed/hsdp.sh).
+TEST(Config, ShardSizeAndKeepFp32) {
+  EXPECT_EQ(config_load("", {"distributed.shard_size=8"}).distributed.shard_size, 8);
+  EXPECT_THAT(config_error_of("", {"distributed.shard_size=-1"}),
+              testing::HasSubstr("distributed.shard_size = -1: must be at least 0"));
+  EXPECT_EQ(config_load("", {}).distributed.keep_fp32, "norms,scheme,embeddings");
+  EXPECT_EQ(config_error_of("", {"distributed.keep_fp32=norms,scheme"}), "");
+  EXPECT_EQ(config_error_of("", {"distributed.keep_fp32=none"}), "");
+  EXPECT_THAT(config_error_of("", {"distributed.keep_fp32=norms,gains"}),
+              testing::HasSubstr("distributed.keep_fp32 = norms,gains: 'gains' is not one of "
+                                 "norms, scheme, embeddings"));
+}
+
 // data.train as a folder, one source or a weighted list; the resolved YAML reads back the
 // same; bad sources name the file and the key.
 TEST(Config, DataSourcesAndMixtures) {

@@ -5,11 +5,15 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <exception>
 #include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "normlab/distributed/communicator.h"
@@ -33,8 +37,17 @@ class ThreadGroup {
     }
   }
   std::vector<torch::Tensor> slots_;
+  // The group of `size` ranks made by the seq-th split for `color` (the first caller creates
+  // it; it lives as long as this group).
+  ThreadGroup& subgroup(int64_t seq, int color, int size) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& g = subgroups_[{seq, color}];
+    if (!g) g = std::make_unique<ThreadGroup>(size);
+    return *g;
+  }
 
  private:
+  std::map<std::pair<int64_t, int>, std::unique_ptr<ThreadGroup>> subgroups_;
   int world_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -76,6 +89,20 @@ class ThreadComm final : public Communicator {
     t.copy_(v);
   }
   void barrier() override { g_.barrier(); }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    torch::Tensor mine = torch::tensor({static_cast<int64_t>(color), static_cast<int64_t>(key)});
+    torch::Tensor all = torch::empty({2 * world()}, torch::kLong);
+    all_gather(all, mine);
+    std::vector<std::pair<int64_t, int>> members;  // (key, rank) of the ranks of this color
+    for (int r = 0; r < world(); ++r)
+      if (all[2 * r].item<int64_t>() == color)
+        members.emplace_back(all[2 * r + 1].item<int64_t>(), r);
+    std::sort(members.begin(), members.end());
+    int rank = 0;
+    while (members[static_cast<size_t>(rank)].second != rank_) ++rank;
+    ThreadGroup& g = g_.subgroup(splits_++, color, static_cast<int>(members.size()));
+    return std::make_unique<ThreadComm>(g, rank);
+  }
   // Runs only in wait(): a caller that reads `out` or changes `in` before completing it gets a
   // wrong result, as it could from an engine that overlaps. Every rank completes its deferred
   // collectives in the same order relative to the others, as engines require.
@@ -104,6 +131,7 @@ class ThreadComm final : public Communicator {
   }
   ThreadGroup& g_;
   int rank_;
+  int64_t splits_ = 0;  // splits made from this communicator
 };
 
 // Runs fn(rank, comm) on `world` threads; rethrows the first failure.

@@ -127,6 +127,12 @@ TEST(Info, MemoryEstimateRespondsToShardingAndCheckpointing) {
   plan.world_size = 8;
   const MemoryEstimate sharded = estimate_memory(c.model, plan);
   EXPECT_DOUBLE_EQ(sharded.optimizer, full.optimizer / 8);
+  // Hybrid sharding over groups of 2 of the 8 ranks: the state of one shard in 2.
+  plan.shard_size = 2;
+  const MemoryEstimate hybrid = estimate_memory(c.model, plan);
+  EXPECT_DOUBLE_EQ(hybrid.weights + hybrid.gradients + hybrid.optimizer, 16.0 * N / 2);
+  EXPECT_DOUBLE_EQ(hybrid.working, sharded.working);
+  plan.shard_size = 0;
   plan.activation_checkpointing = true;
   const MemoryEstimate ac = estimate_memory(c.model, plan);
   EXPECT_LT(ac.activations, sharded.activations / 4);
@@ -142,6 +148,13 @@ TEST(Info, MemoryEstimateRespondsToShardingAndCheckpointing) {
   const double root = static_cast<double>(counts.embedding + counts.head + counts.ends);
   ASSERT_GT(root, static_cast<double>(counts.per_block[0]));
   EXPECT_DOUBLE_EQ(ac.working - estimate_memory(c.model, plan).working, 4.0 * root);
+  // bf16 autocast keeps every matmul's bf16 weight copy until its backward, sharded or not
+  // (2 bytes per parameter, counted on all N), and the gather in flight is bf16 instead of fp32
+  // (2 bytes less per element of the largest unit).
+  const double bf16_working = estimate_memory(c.model, plan).working;
+  plan.bf16 = false;
+  EXPECT_DOUBLE_EQ(bf16_working - estimate_memory(c.model, plan).working, 2.0 * N - 2.0 * root);
+  plan.bf16 = true;
   // Two streams keep more than one.
   ModelConfig pre = c.model;
   pre.scheme = Scheme::PreNorm;

@@ -2,6 +2,7 @@
 #include <set>
 
 #include "normlab/nn/model.h"
+#include "normlab/nn/parameter_roles.h"
 #include "support.h"
 
 using namespace normlab;
@@ -88,4 +89,36 @@ TEST(ParameterNames, TiedEmbeddingsHaveNoHead) {
   DecoderLM model(cfg, torch::kMeta);
   EXPECT_FALSE(model->named_parameters().contains("head.weight"));
   EXPECT_TRUE(model->head_weight().is_same(model->embed->weight));
+}
+
+// What FSDP's precision policy keeps in fp32 (parameter_roles.h): every parameter has a role,
+// matmuls are the Linear weights, and each scheme's own parameters are neither.
+TEST(ParameterRoles, MatmulsNormsEmbeddingAndTheSchemesOwn) {
+  for (const Scheme s : {Scheme::PreNorm, Scheme::SiameseHybrid, Scheme::Hyper}) {
+    SCOPED_TRACE(std::string(enum_name(s)));
+    ModelConfig cfg = test::tiny_config(s);
+    cfg.tie_embeddings = false;
+    DecoderLM model(cfg, torch::kMeta);
+    const auto roles = parameter_roles(*model);
+    ASSERT_EQ(roles.size(), model->named_parameters().size());
+    EXPECT_EQ(roles.at("embed.weight"), ParamRole::Embedding);
+    EXPECT_EQ(roles.at("head.weight"), ParamRole::Matmul);
+    EXPECT_EQ(roles.at("blocks.0.attn.qkv.weight"), ParamRole::Matmul);
+    EXPECT_EQ(roles.at("blocks.1.mlp.down.weight"), ParamRole::Matmul);
+    EXPECT_EQ(roles.at("blocks.1.mlp_norm.weight"), ParamRole::Norm);
+    int64_t scheme_own = 0;
+    for (const auto& [name, role] : roles) scheme_own += role == ParamRole::Scheme;
+    EXPECT_EQ(scheme_own > 0, s != Scheme::PreNorm);
+    if (s == Scheme::SiameseHybrid) EXPECT_EQ(roles.at("blocks.0.c1"), ParamRole::Scheme);
+    const auto kept = parameters_kept_fp32(*model, "norms,scheme");
+    EXPECT_EQ(kept.count("blocks.1.mlp_norm.weight"), 1u);
+    EXPECT_EQ(kept.count("embed.weight"), 0u);
+    EXPECT_EQ(kept.count("head.weight"), 0u);
+    // norms,scheme: everything but the matmuls and the embedding.
+    size_t matmuls = 0;
+    for (const auto& [name, role] : roles) matmuls += role == ParamRole::Matmul;
+    EXPECT_EQ(kept.size(), roles.size() - matmuls - 1);
+    EXPECT_TRUE(parameters_kept_fp32(*model, "none").empty());
+    EXPECT_THROW(parameters_kept_fp32(*model, "norms,gains"), std::invalid_argument);
+  }
 }
