@@ -10,7 +10,10 @@
 #   3. the same 2 x 2 run gathering and reducing in bf16 under the default precision policy (norm
 #      gains and embedding in fp32, as their own units, reduced in fp32 beside the bf16 ones):
 #      within bf16 precision of one process in fp32 (fsdp.sh's 5e-3 for W = 2), not bitwise;
-#   4. shard_size 3 on 4 ranks stops at once with an error naming the key.
+#   4. shard_size 3 on 4 ranks stops at once with an error naming the key;
+#   5. the 2 x 2 run with the reduce-scatter not overlapped (distributed.overlap_reduce false),
+#      and reducing once per step instead of once per micro-step (distributed.reduce per_step):
+#      the same losses as one process within the same 1e-5.
 # Usage: hsdp.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR (run by CTest, label dist)
 set -euo pipefail
 normlab=$1 src=$2 kjv=$3 python=$4 work=$5
@@ -60,6 +63,14 @@ timeout 120 "${mpi[@]}" -n 4 "$normlab" train "${args[@]}" --set distributed.sha
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q "distributed.shard_size = 3: must divide the number of ranks (4)" "$work/bad.out" \
   || { cat "$work/bad.out"; echo "FAIL: shard_size 3 on 4 ranks: exit $rc without the error"; exit 1; }
 echo "shard_size 3 on 4 ranks: $(grep -m1 -o 'distributed.shard_size = 3[^,]*' "$work/bad.out")"
+
+# 5. hybrid without overlap, and reducing once per step.
+"${mpi[@]}" -n 4 "$normlab" train "${args[@]}" --set distributed.shard_size=2 --set distributed.overlap_reduce=false \
+  --set checkpoint.every=0 --set checkpoint.at_end=false --out "$work/h4-nooverlap" > "$work/h4-nooverlap.out" 2>&1 \
+  || { cat "$work/h4-nooverlap.out"; echo "FAIL: mpirun -n 4 hybrid without overlap"; exit 1; }
+"${mpi[@]}" -n 4 "$normlab" train "${args[@]}" --set distributed.shard_size=2 --set distributed.reduce=per_step \
+  --set checkpoint.every=0 --set checkpoint.at_end=false --out "$work/h4-perstep" > "$work/h4-perstep.out" 2>&1 \
+  || { cat "$work/h4-perstep.out"; echo "FAIL: mpirun -n 4 hybrid reducing per step"; exit 1; }
 t1=$(date +%s)
 
 "$python" - "$work" <<'PY'
@@ -79,6 +90,12 @@ print(f"mpirun -n 4, shard groups of 2: losses within {rel:.1e} relative of 1 pr
 bf = max(abs(ref[s] - v) / abs(ref[s]) for s, v in losses("h4-bf16").items())
 assert 0 < bf <= 5e-3, bf  # the bf16 path ran, within bf16 rounding of the matmul weights
 print(f"mpirun -n 4, shard groups of 2, bf16 gathers and reductions (fp32 norms, embedding): within {bf:.1e} of 1 process in fp32")
+for run, what in (("h4-nooverlap", "without overlap"), ("h4-perstep", "reducing once per step")):
+    got = losses(run)
+    assert sorted(got) == sorted(ref), (run, sorted(got))
+    err = max(abs(ref[s] - got[s]) / abs(ref[s]) for s in ref)
+    assert err <= 1e-5, (run, err)
+    print(f"mpirun -n 4, shard groups of 2, {what}: losses within {err:.1e} relative of 1 process")
 same = losses("r4")
 assert same == {7: hyb[7], 8: hyb[8]}, (same, hyb[7], hyb[8])
 print("step 6 of the 2 x 2 run resumed on 2 x 2 ranks: steps 7-8 losses bitwise those of the uninterrupted run")
