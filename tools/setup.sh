@@ -32,6 +32,7 @@ packages=(
   libyaml-cpp-dev                                         # config files
   libspdlog-dev libfmt-dev                                # logging (kept away from torch's fmt)
   libsentencepiece-dev sentencepiece                      # tokenizer library and tools
+  libpcre2-dev libutf8proc-dev                            # Hugging Face tokenizer.json (regex, NFC)
   libgtest-dev libgmock-dev                               # tests
   clang                                                   # libFuzzer for the fuzz tests (tests/fuzz/)
   clang-format                                            # the C++ style (tools/format.sh, CTest format)
