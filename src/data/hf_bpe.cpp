@@ -153,14 +153,15 @@ void BpeModel::merge_word(const std::string& word, std::vector<int32_t>& out) co
     if (n > 0) symbols.back().next = n;
     symbols.push_back({id, n - 1, -1, len});
   };
-  std::optional<std::pair<int32_t, size_t>> unk;  // a pending unknown token and its length
+  int32_t unk = -1;  // a pending unknown token and its length
+  size_t unk_len = 0;
   for (const char c : word) {
     const uint8_t b = static_cast<uint8_t>(c);
     const std::string& ch = byte_char(b);
     if (byte_ids_[b] >= 0) {
-      if (unk) {
-        add(unk->first, unk->second);
-        unk.reset();
+      if (unk >= 0) {
+        add(unk, unk_len);
+        unk = -1;
       }
       add(byte_ids_[b], ch.size());
       continue;
@@ -181,15 +182,16 @@ void BpeModel::merge_word(const std::string& word, std::vector<int32_t>& out) co
     }
     if (options_.unk_token) {
       const int32_t unk_id = id(*options_.unk_token);
-      if (unk && options_.fuse_unk) {
-        unk->second += ch.size();
+      if (unk >= 0 && options_.fuse_unk) {
+        unk_len += ch.size();
       } else {
-        if (unk) add(unk->first, unk->second);
-        unk = std::make_pair(unk_id, ch.size());
+        if (unk >= 0) add(unk, unk_len);
+        unk = unk_id;
+        unk_len = ch.size();
       }
     }  // else the character is dropped, as tokenizers does
   }
-  if (unk) add(unk->first, unk->second);
+  if (unk >= 0) add(unk, unk_len);
 
   std::priority_queue<Merge, std::vector<Merge>, Later> queue;
   auto rank_of = [&](int32_t a, int32_t b) -> const std::pair<uint32_t, int32_t>* {

@@ -14,46 +14,13 @@
 #include "normlab/util/file_io.h"
 
 namespace normlab::hf {
-namespace {
 
-using nlohmann::json;
-
+// An entry of added_tokens (the id: the model's when the vocabulary has the content).
 struct AddedToken {
   int32_t id = -1;
   std::string content;
   bool single_word = false, lstrip = false, rstrip = false, normalized = true, special = false;
 };
-
-// The code point that ends (or starts) `s`, or -1 for an empty string.
-int32_t last_char(std::string_view s) {
-  if (s.empty()) return -1;
-  size_t i = s.size() - 1;
-  while (i > 0 && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) --i;
-  utf8proc_int32_t cp = -1;
-  utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
-                   static_cast<utf8proc_ssize_t>(s.size() - i), &cp);
-  return cp;
-}
-int32_t first_char(std::string_view s, size_t* len = nullptr) {
-  if (s.empty()) return -1;
-  utf8proc_int32_t cp = -1;
-  const auto n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                                  static_cast<utf8proc_ssize_t>(s.size()), &cp);
-  if (len) *len = n > 0 ? static_cast<size_t>(n) : 1;
-  return cp;
-}
-// Unicode White_Space and regex \w (letters, marks, digits, connector punctuation).
-bool is_space(int32_t c) {
-  return (c >= 9 && c <= 13) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-         c == 0x3000;
-}
-bool is_word(int32_t c) {
-  if (c < 0) return false;
-  const int cat = utf8proc_category(c);  // letters, marks and decimal digits are 1..9
-  return (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_ND) ||
-         cat == UTF8PROC_CATEGORY_PC;
-}
 
 // Added tokens by their text, matched leftmost-longest (as tokenizers' Aho-Corasick automaton).
 class Matcher {
@@ -103,6 +70,41 @@ class Matcher {
   bool first_[256] = {};
 };
 
+namespace {
+
+using nlohmann::json;
+
+// The code point that ends (or starts) `s`, or -1 for an empty string.
+int32_t last_char(std::string_view s) {
+  if (s.empty()) return -1;
+  size_t i = s.size() - 1;
+  while (i > 0 && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) --i;
+  utf8proc_int32_t cp = -1;
+  utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
+                   static_cast<utf8proc_ssize_t>(s.size() - i), &cp);
+  return cp;
+}
+int32_t first_char(std::string_view s, size_t* len = nullptr) {
+  if (s.empty()) return -1;
+  utf8proc_int32_t cp = -1;
+  const auto n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
+                                  static_cast<utf8proc_ssize_t>(s.size()), &cp);
+  if (len) *len = n > 0 ? static_cast<size_t>(n) : 1;
+  return cp;
+}
+// Unicode White_Space and regex \w (letters, marks, digits, connector punctuation).
+bool is_space(int32_t c) {
+  return (c >= 9 && c <= 13) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
+}
+bool is_word(int32_t c) {
+  if (c < 0) return false;
+  const int cat = utf8proc_category(c);  // letters, marks and decimal digits are 1..9
+  return (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_ND) ||
+         cat == UTF8PROC_CATEGORY_PC;
+}
+
 std::string type_of(const json& j) {
   return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>()
                                                                       : std::string("(untyped)");
@@ -133,6 +135,7 @@ struct HfTokenizer::Impl {
     throw TokenizerError(path + ": " + what);
   }
   void unsupported(const std::string& where, const json& j) const {
+    if (j.is_null()) fail("no " + where + ": a byte-level BPE needs one (ByteLevel)");
     fail(where + ".type " + type_of(j) +
          " is not supported (normlab reads byte-level BPE tokenizer.json files: model BPE, "
          "normalizer NFC/NFD/NFKC/NFKD or none, pre_tokenizer ByteLevel or Split stages "

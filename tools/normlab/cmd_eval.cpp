@@ -64,7 +64,7 @@ Runner setup_eval(CLI::App& sub) {
   sub.add_option("--seq-len", o->seq_len,
                  "tokens per validation sequence (default: the run's data.seq_len, else 256)");
   sub.add_option("--tokenizer", o->tokenizer,
-                 "SentencePiece model (default: the run's or the export's)");
+                 "tokenizer.model or tokenizer.json (default: the run's or the export's)");
   sub.add_option("--device", o->device, "cpu, cuda or cuda:N")->capture_default_str();
   sub.add_option("--out", o->out,
                  "also write the results as JSON to this file (new, or the results of an earlier "

@@ -34,7 +34,7 @@ Runner setup_generate(CLI::App& sub) {
       ->check(CLI::Range(1e-9, 1.0));
   sub.add_option("--seed", o->sample.seed, "sampling seed")->capture_default_str();
   sub.add_option("--tokenizer", o->tokenizer,
-                 "SentencePiece model (default: the run's or the export's)");
+                 "tokenizer.model or tokenizer.json (default: the run's or the export's)");
   sub.add_option("--device", o->device, "cpu, cuda or cuda:N")->capture_default_str();
   sub.add_flag("--no-cache", o->no_cache,
                "recompute the whole sequence for every token (slow; for checking)");
