@@ -18,7 +18,8 @@ words, control characters) and on 400 random strings drawn from those character 
   - `normlab tokenizer decode` gives decode(ids, skip_special_tokens=False), which is the text
     itself where the normalizer leaves it unchanged;
   - `normlab data prepare` on those texts and on the whole corpus writes exactly each
-    document's ids followed by the end-of-text token.
+    document's ids followed by the end-of-text token;
+  - a tiny model trained on those shards evaluates per byte and generates from a prompt.
 Then real WordPiece and Unigram tokenizer.json files and a malformed one are refused with one
 line naming the file and what is wrong. Prints PASS; exits 1 on a failure, 77 without
 `tokenizers` or numpy.
@@ -195,6 +196,23 @@ def check(name, path, eos_name):
 
 check("neox", neox_path, "<|endoftext|>")
 check("llama3", llama_path, "<|end_of_text|>")
+
+# A model trained on the Llama-3-style shards: `eval` counts bytes through the tokenizer.json
+# (perplexity per byte) and `generate` encodes the prompt and decodes with it.
+run("train", "--config", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                      "../../configs/tiny/lm.yaml"),
+    "--set", f"data.train={WORK}/llama3/shards", "--set", f"data.tokenizer={llama_path}",
+    "--set", "model.vocab_size=1536", "--set", "train.steps=4", "--out", f"{WORK}/run")
+out = run("eval", "--checkpoint", f"{WORK}/run", "--data", f"{WORK}/llama3/shards", "--split",
+          "train", "--batches", "2").stdout
+if "; per byte: perplexity" not in out:
+    fail(f"eval with a tokenizer.json reported no per-byte numbers:\n{out}")
+prompt = "In the beginning 漢字 😀"
+out = run("generate", "--checkpoint", f"{WORK}/run", "--prompt", prompt, "--max-tokens", "8",
+          "--temperature", "0").stdout
+if not out.startswith(prompt) or len(out) <= len(prompt) + 1:
+    fail(f"generate with a tokenizer.json: {out!r}")
+print(f"tiny model on the llama3 shards: eval per byte, generate {out.strip()!r}")
 
 # Refusals: real tokenizer.json files of other model types, and a malformed one.
 wp = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))

@@ -53,6 +53,7 @@ Runner setup_generate(CLI::App& sub) {
     for (int32_t id : tok.encode(o->prompt)) prompt.push_back(id);
     SampleOptions s = o->sample;
     s.stop_token = tok.eos_id();
+    s.vocab_limit = tok.vocab_size();  // ids beyond it (a padded vocabulary) have no text
     s.use_cache = !o->no_cache;
     // Stream: decode the whole continuation each time and print what is new (pieces can be
     // parts of a UTF-8 character).
