@@ -18,6 +18,23 @@ add_library(normlab_sentencepiece INTERFACE IMPORTED)
 set_target_properties(normlab_sentencepiece PROPERTIES
   INTERFACE_INCLUDE_DIRECTORIES "${NORMLAB_SPM_INCLUDE_DIR}"
   INTERFACE_LINK_LIBRARIES "${NORMLAB_SPM_TRAIN_LIBRARY};${NORMLAB_SPM_LIBRARY}")
+# Hugging Face tokenizer.json files (src/data/hf_*): PCRE2 for the pre-tokenizer regexes (Unicode
+# properties), utf8proc for Unicode normalization. Found by file, as SentencePiece.
+find_path(NORMLAB_PCRE2_INCLUDE_DIR pcre2.h)
+find_library(NORMLAB_PCRE2_LIBRARY pcre2-8)
+find_path(NORMLAB_UTF8PROC_INCLUDE_DIR utf8proc.h)
+find_library(NORMLAB_UTF8PROC_LIBRARY utf8proc)
+if(NOT NORMLAB_PCRE2_INCLUDE_DIR OR NOT NORMLAB_PCRE2_LIBRARY OR NOT NORMLAB_UTF8PROC_INCLUDE_DIR
+   OR NOT NORMLAB_UTF8PROC_LIBRARY)
+  message(FATAL_ERROR "normlab: PCRE2 or utf8proc not found (pcre2.h: ${NORMLAB_PCRE2_INCLUDE_DIR}, "
+    "libpcre2-8: ${NORMLAB_PCRE2_LIBRARY}, utf8proc.h: ${NORMLAB_UTF8PROC_INCLUDE_DIR}, "
+    "libutf8proc: ${NORMLAB_UTF8PROC_LIBRARY}). Install libpcre2-dev and libutf8proc-dev "
+    "(tools/setup.sh) or add their prefix to CMAKE_PREFIX_PATH.")
+endif()
+add_library(normlab_hf_text INTERFACE IMPORTED)
+set_target_properties(normlab_hf_text PROPERTIES
+  INTERFACE_INCLUDE_DIRECTORIES "${NORMLAB_PCRE2_INCLUDE_DIR};${NORMLAB_UTF8PROC_INCLUDE_DIR}"
+  INTERFACE_LINK_LIBRARIES "${NORMLAB_PCRE2_LIBRARY};${NORMLAB_UTF8PROC_LIBRARY}")
 if(NORMLAB_BUILD_TOOLS)
   find_package(CLI11 CONFIG REQUIRED)
 endif()

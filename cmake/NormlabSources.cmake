@@ -8,6 +8,9 @@ set(NORMLAB_SOURCES
   config/sweep_file.cpp
   config/sweep_grid.cpp
   data/data_prepare.cpp
+  data/hf_bpe.cpp
+  data/hf_pretokenizer.cpp
+  data/hf_tokenizer.cpp
   data/loader.cpp
   data/megatron_index.cpp
   data/mixture.cpp

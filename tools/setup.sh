@@ -4,9 +4,9 @@
 #   2. a project-local Python venv (.venv, or $NORMLAB_VENV) with torch==2.11.0, the LibTorch
 #      distribution the build links against and the runtime of tests/reference/;
 #   3. with --tests (tools/test.sh), what only tests use: a one-node Slurm (slurm-wlm, munge)
-#      and, in the venv, the interop packages (docs/interop.md): transformers, tokenizers,
-#      lm-eval, accelerate, protobuf (about 0.8 GB installed). Their tests skip without them,
-#      and the demo does not wait for them.
+#      and, in the venv, the interop packages (docs/interop.md): transformers, tokenizers (also
+#      the tokenizer.json tests), lm-eval, accelerate, protobuf (about 0.8 GB installed). Their
+#      tests skip without them, and the demo does not wait for them.
 # A second run with everything present takes a second or two.
 # Usage: tools/setup.sh [--no-python] [--tests]
 # Env:   NORMLAB_VENV  venv folder (default: <repo>/.venv)
@@ -32,6 +32,7 @@ packages=(
   libyaml-cpp-dev                                         # config files
   libspdlog-dev libfmt-dev                                # logging (kept away from torch's fmt)
   libsentencepiece-dev sentencepiece                      # tokenizer library and tools
+  libpcre2-dev libutf8proc-dev                            # Hugging Face tokenizer.json (regex, NFC)
   libgtest-dev libgmock-dev                               # tests
   clang                                                   # libFuzzer for the fuzz tests (tests/fuzz/)
   clang-format                                            # the C++ style (tools/format.sh, CTest format)

@@ -92,7 +92,7 @@ void visit(V& v, DataConfig& d) {
     "mixture; docs/data.md)");
   v("val", d.val,
     "validation data: a folder or one source; empty = the train folder's validation split");
-  v("tokenizer", d.tokenizer, "SentencePiece model of the shards");
+  v("tokenizer", d.tokenizer, "tokenizer of the shards: tokenizer.model or tokenizer.json");
   v("seq_len", d.seq_len, "tokens per training sample");
 }
 

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "data/hf_tokenizer.h"
 #include "normlab/data/text_input.h"
 #include "normlab/util/file_io.h"
 
@@ -101,21 +102,39 @@ class LinesIterator : public sentencepiece::SentenceIterator {
 
 }  // namespace
 
+// A SentencePiece model, or a Hugging Face tokenizer.json (hf_tokenizer.h) when `hf` is set.
 struct Tokenizer::Impl {
   sentencepiece::SentencePieceProcessor sp;
+  std::unique_ptr<hf::HfTokenizer> hf;
   std::string path;
   uint32_t crc = 0;
   bool splits = false;
 };
 
+namespace {
+
+// A tokenizer.json by its name, or by its first character (JSON, where a SentencePiece model
+// is a protobuf, whose first byte is a field key, never '{').
+bool is_tokenizer_json(const std::string& path, const std::string& bytes) {
+  if (std::filesystem::path(path).extension() == ".json") return true;
+  const size_t first = bytes.find_first_not_of(" \t\r\n");
+  return first != std::string::npos && bytes[first] == '{';
+}
+
+}  // namespace
+
 Tokenizer::Tokenizer(const std::string& model_path) : impl_(new Impl) {
   impl_->path = model_path;
   const std::string bytes = read_file(model_path);
+  impl_->crc = static_cast<uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
+  if (is_tokenizer_json(model_path, bytes)) {
+    impl_->hf = std::make_unique<hf::HfTokenizer>(model_path, bytes);
+    return;
+  }
   const auto status = impl_->sp.LoadFromSerializedProto(bytes);
   if (!status.ok())
     throw TokenizerError(model_path + ": not a SentencePiece model: " + status.ToString());
-  impl_->crc = static_cast<uint32_t>(
-      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
   impl_->splits = proto_splits_at_whitespace(bytes);
 }
 
@@ -124,6 +143,7 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  if (impl_->hf) return impl_->hf->encode(text);
   std::vector<int> ids;
   const auto status = impl_->sp.Encode(text, &ids);
   if (!status.ok()) throw TokenizerError(impl_->path + ": encoding failed: " + status.ToString());
@@ -131,6 +151,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  if (impl_->hf) return impl_->hf->decode(ids);
   const std::vector<int> v(ids.begin(), ids.end());
   for (int id : v)
     if (id < 0 || id >= impl_->sp.GetPieceSize())
@@ -143,16 +164,29 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   return text;
 }
 
-std::string Tokenizer::piece(int32_t id) const { return impl_->sp.IdToPiece(id); }
-int64_t Tokenizer::vocab_size() const { return impl_->sp.GetPieceSize(); }
-int32_t Tokenizer::eos_id() const { return impl_->sp.eos_id(); }
-int32_t Tokenizer::bos_id() const { return impl_->sp.bos_id(); }
+std::string Tokenizer::piece(int32_t id) const {
+  return impl_->hf ? impl_->hf->piece(id) : impl_->sp.IdToPiece(id);
+}
+int64_t Tokenizer::vocab_size() const {
+  return impl_->hf ? impl_->hf->vocab_size() : impl_->sp.GetPieceSize();
+}
+int32_t Tokenizer::eos_id() const {
+  if (!impl_->hf) return impl_->sp.eos_id();
+  if (impl_->hf->eos_id() < 0)
+    throw TokenizerError(impl_->path +
+                         ": no end-of-text token: none of <|endoftext|>, <|end_of_text|>, </s>, "
+                         "<eos> is a token, and no tokenizer_config.json beside it names an "
+                         "eos_token that is");
+  return impl_->hf->eos_id();
+}
+int32_t Tokenizer::bos_id() const { return impl_->hf ? impl_->hf->bos_id() : impl_->sp.bos_id(); }
 uint32_t Tokenizer::checksum() const { return impl_->crc; }
 const std::string& Tokenizer::path() const { return impl_->path; }
 bool Tokenizer::splits_at_whitespace() const { return impl_->splits; }
 
 std::vector<int32_t> Tokenizer::token_byte_lengths() const {
   static const std::string marker = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+  if (impl_->hf) return impl_->hf->token_byte_lengths();
   std::vector<int32_t> out(static_cast<size_t>(vocab_size()));
   for (int32_t id = 0; id < static_cast<int32_t>(out.size()); ++id) {
     if (impl_->sp.IsControl(id) || impl_->sp.IsUnknown(id)) continue;

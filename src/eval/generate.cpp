@@ -11,6 +11,8 @@ namespace normlab {
 
 int64_t sample_next(const torch::Tensor& logits_in, const SampleOptions& o, at::Generator& gen) {
   torch::Tensor logits = logits_in.to(torch::kFloat).reshape({-1});
+  if (o.vocab_limit > 0 && o.vocab_limit < logits.size(0))
+    logits = logits.slice(0, 0, o.vocab_limit);
   if (o.temperature <= 0.0) return logits.argmax().item<int64_t>();
   logits = logits / o.temperature;
   if (o.top_k > 0 && o.top_k < logits.size(0)) {

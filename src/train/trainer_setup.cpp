@@ -194,8 +194,7 @@ void Trainer::Impl::load_tasks() {
   std::stringstream list(cfg.eval.tasks);
   for (std::string path; std::getline(list, path, ',');) {
     if (path.empty()) continue;
-    if (!tokenizer)
-      throw ConfigError("eval.tasks needs data.tokenizer (the model's SentencePiece model)");
+    if (!tokenizer) throw ConfigError("eval.tasks needs data.tokenizer (the model's tokenizer)");
     tasks.emplace_back(fs::path(path).stem().string(), load_mc_task(path));
   }
 }

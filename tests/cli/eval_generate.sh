@@ -3,7 +3,8 @@
 # label slow): multiple-choice tasks during training, `normlab eval` (perplexity per token and
 # per byte, task accuracy) giving the same numbers from the run folder and its export,
 # `normlab generate` (greedy: the same text with and without the KV cache; sampling:
-# reproducible by seed), and bad input named.
+# reproducible by seed), eval and analyze on the validation tokens as a flat array and as a
+# Megatron dataset (the numbers of the shards), and bad input named.
 # The export also runs in Python (tools/load_export.py, the independent reference model) and
 # continues the prompt with the same greedy text.
 # Usage: eval_generate.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
@@ -44,6 +45,44 @@ echo "greedy: $(head -c 80 "$work/g1.txt" | tr '\n' ' ')"
 "$python" "$src/tools/load_export.py" "$work/export" --prompt "And God said" --max-tokens 16 > "$work/g4.txt"
 cmp "$work/g3.txt" "$work/g4.txt" || { cat "$work/g3.txt" "$work/g4.txt"; fail "Python's greedy text differs from normlab's"; }
 echo "python: the export continues the prompt as normlab does"
+
+# eval and analyze on the validation split written as a flat uint16 array (the shard's payload)
+# and as a Megatron int32 dataset (a sequence per document): the same samples, the same numbers.
+"$python" - "$kjv/shards" "$work" <<'PY' || fail "writing the validation split as other formats"
+import json, struct, sys
+import numpy as np
+shards, work = sys.argv[1:3]
+files = json.load(open(f"{shards}/index.json"))["splits"]["val"]["shards"]
+assert len(files) == 1, "one validation shard expected"
+ids = np.fromfile(f"{shards}/{files[0]['file']}", dtype=np.uint16, offset=64)
+ids.tofile(f"{work}/val.bin")
+ends = np.flatnonzero(ids == 2) + 1  # a document ends with EOS (2)
+bounds = [0] + ends.tolist() + ([] if ends[-1] == len(ids) else [len(ids)])
+lengths = np.diff(bounds).astype(np.int32)
+ids.astype(np.int32).tofile(f"{work}/val_mega.bin")
+with open(f"{work}/val_mega.idx", "wb") as f:  # Megatron-LM's .idx layout, dtype code 4 (int32)
+    f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 4, len(lengths), len(lengths) + 1))
+    f.write(lengths.tobytes() + (np.concatenate([[0], np.cumsum(lengths)[:-1]]) * 4).astype(np.int64).tobytes())
+    f.write(np.arange(len(lengths) + 1, dtype=np.int64).tobytes())
+PY
+"$normlab" eval --checkpoint "$work/run" --data "$kjv/shards" > "$work/f0.out" 2>&1 || { cat "$work/f0.out"; fail "eval on shards"; }
+"$normlab" eval --checkpoint "$work/run" --data "$work/val.bin" --format tokens --dtype uint16 > "$work/f1.out" 2>&1 \
+  || { cat "$work/f1.out"; fail "eval --format tokens"; }
+"$normlab" eval --checkpoint "$work/run" --data "$work/val_mega" --format megatron > "$work/f2.out" 2>&1 \
+  || { cat "$work/f2.out"; fail "eval --format megatron"; }
+want=$(sed -n 's/^val: //p' "$work/f0.out")
+[ -n "$want" ] && [ "$(sed -n 's/^tokens: //p' "$work/f1.out")" = "$want" ] && [ "$(sed -n 's/^megatron: //p' "$work/f2.out")" = "$want" ] \
+  || { cat "$work/f0.out" "$work/f1.out" "$work/f2.out"; fail "eval on the same tokens in other formats differs"; }
+for f in shards tokens megatron; do
+  data=($kjv/shards); [ $f = tokens ] && data=("$work/val.bin" --dtype uint16); [ $f = megatron ] && data=("$work/val_mega")
+  "$normlab" analyze --checkpoint "$work/run" --data "${data[@]}" --format $f --no-plots --no-pruning \
+    --out "$work/an_$f" > "$work/an_$f.out" 2>&1 || { cat "$work/an_$f.out"; fail "analyze --format $f"; }
+done
+for f in tokens megatron; do
+  cmp <(tail -n +2 "$work/an_shards.out" | grep -v "^diagnostics:") <(tail -n +2 "$work/an_$f.out" | grep -v "^diagnostics:") \
+    || fail "analyze --format $f differs from the shards"
+done
+echo "eval and analyze: shards, tokens and megatron give the same numbers ($want)"
 
 printf '{"context": "a", "choices": [" b"], "answer": 0}\n' > "$work/bad.jsonl"
 rc=0; "$normlab" eval --checkpoint "$work/run" --tasks "$work/bad.jsonl" > "$work/bad.out" 2>&1 || rc=$?

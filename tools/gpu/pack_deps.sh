@@ -10,6 +10,7 @@ out=${1:-$root/deps}
 packages=(
   libyaml-cpp-dev libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
   libsentencepiece-dev libsentencepiece0 libcli11-dev nlohmann-json3-dev
+  libpcre2-dev libpcre2-8-0 libutf8proc-dev libutf8proc2
   libgtest-dev libgmock-dev zlib1g-dev
 )
 rm -rf "$out"

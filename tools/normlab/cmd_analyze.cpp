@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "command.h"
+#include "eval_data.h"
 #include "normlab/data/loader.h"
 #include "normlab/data/shard.h"
 #include "normlab/eval/diagnostics.h"
@@ -67,7 +68,7 @@ void print_table(const DiagnosticsReport& r, int64_t n_layers) {
 
 Runner setup_analyze(CLI::App& sub) {
   struct Options {
-    std::string checkpoint, data, split, out, device = "cpu";
+    std::string checkpoint, data, split, format = "shards", dtype, out, device = "cpu";
     int64_t batch = 8, top_k = 4, seq_len = 0;
     bool no_pruning = false, no_plots = false;
   };
@@ -75,8 +76,12 @@ Runner setup_analyze(CLI::App& sub) {
   sub.add_option("--checkpoint", o->checkpoint,
                  "run folder (newest checkpoint), checkpoint folder or export folder")
       ->required();
-  sub.add_option("--data", o->data, "token shard folder (normlab data prepare)")->required();
-  sub.add_option("--split", o->split, "val or train (default: val when the folder has it)");
+  sub.add_option("--data", o->data,
+                 "tokens: a shard folder (normlab data prepare), a token array or a Megatron "
+                 "dataset (--format)")
+      ->required();
+  sub.add_option("--split", o->split, "val or train (default: val when the shard folder has it)");
+  add_data_format_options(sub, o->format, o->dtype);
   sub.add_option("--out", o->out, "output folder: diagnostics.jsonl and the plots")->required();
   sub.add_option("--batch", o->batch, "sequences of the batch (the first of the split)")
       ->capture_default_str();
@@ -94,17 +99,11 @@ Runner setup_analyze(CLI::App& sub) {
     const torch::Device device(o->device);
     LoadedModel m = load_model(o->checkpoint, device);
     const int64_t seq_len = o->seq_len > 0 ? o->seq_len : m.seq_len > 0 ? m.seq_len : 256;
-    const ShardIndex index = shard_index_read(o->data);
     std::string split = o->split;
-    if (split.empty()) split = index.splits.count("val") ? "val" : "train";
-    if (!index.splits.count(split))
-      throw std::invalid_argument(o->data + ": no split '" + split + "'");
-    check_vocabulary(index, o->data, m.model->config.vocab_size, "");
-    const auto data = std::make_shared<TokenDataset>(o->data, split, seq_len);
-    if (data->num_samples() < 1)
-      throw std::invalid_argument(o->data + ": split '" + split +
-                                  "' holds less than one sequence of " +
-                                  std::to_string(seq_len + 1) + " tokens");
+    if (split.empty() && o->format == "shards")
+      split = shard_index_read(o->data).splits.count("val") ? "val" : "train";
+    const auto data = open_eval_data(o->data, o->format, o->dtype, split, seq_len,
+                                     m.model->config.vocab_size, "");
     const Batch b = ValLoader(data, std::min<int64_t>(o->batch, data->num_samples())).batch(0);
 
     DiagnosticsOptions opts;
@@ -120,7 +119,7 @@ Runner setup_analyze(CLI::App& sub) {
 
     std::cout << "model " << m.from << " (" << enum_name(m.model->config.scheme) << ", step "
               << m.step << "), " << b.inputs.size(0) << " x " << seq_len << " tokens of " << o->data
-              << " (" << split << ")\n";
+              << " (" << (o->format == "shards" ? split : o->format) << ")\n";
     print_table(r, m.model->config.n_layers);
     if (!o->no_plots) run_python_tool("plot_diagnostics.py", {path, o->out}, "plots");
     std::cout << "diagnostics: " << path << "\n";

@@ -69,7 +69,8 @@ Runner setup_data(CLI::App& sub) {
   auto o = std::make_shared<PrepareOptions>();
   auto no_cache = std::make_shared<bool>(false);
   CLI::App* p = sub.add_subcommand("prepare", "tokenize documents into train/val token shards");
-  p->add_option("--tokenizer", o->tokenizer, "tokenizer.model")
+  p->add_option("--tokenizer", o->tokenizer,
+                "tokenizer.model (SentencePiece) or tokenizer.json (Hugging Face)")
       ->required()
       ->check(CLI::ExistingFile);
   p->add_option("--input", o->inputs, "text files or globs (.txt, .jsonl, optionally .gz)")
@@ -99,7 +100,8 @@ Runner setup_data(CLI::App& sub) {
   i->add_option("--eos", source->eos, "end-of-document id: documents are counted");
   i->add_option("--vocab-size", *vocab,
                 "ids must lie below it (default: the tokenizer's, else the dtype's range)");
-  i->add_option("--tokenizer", *tok, "tokenizer.model to decode the first sample with");
+  i->add_option("--tokenizer", *tok,
+                "tokenizer.model or tokenizer.json to decode the first sample with");
 
   return [=] {
     if (p->parsed()) {

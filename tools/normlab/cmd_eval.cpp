@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "eval_data.h"
 #include "normlab/data/loader.h"
 #include "normlab/data/shard.h"
 #include "normlab/data/tokenizer.h"
@@ -46,7 +47,8 @@ void check_result_file(const std::string& path) {
 
 Runner setup_eval(CLI::App& sub) {
   struct Options {
-    std::string checkpoint, data, split = "val", tokenizer, out, device = "cpu";
+    std::string checkpoint, data, split = "val", format = "shards", dtype, tokenizer, out,
+                                  device = "cpu";
     std::vector<std::string> tasks;
     int64_t batches = 0, batch = 8, seq_len = 0;
   };
@@ -54,8 +56,11 @@ Runner setup_eval(CLI::App& sub) {
   sub.add_option("--checkpoint", o->checkpoint,
                  "run folder (newest checkpoint), checkpoint folder or export folder")
       ->required();
-  sub.add_option("--data", o->data, "token shard folder: loss and perplexity on its --split");
-  sub.add_option("--split", o->split, "val or train")->capture_default_str();
+  sub.add_option("--data", o->data,
+                 "tokens to evaluate (loss and perplexity): a shard folder (its --split), a "
+                 "token array or a Megatron dataset (--format)");
+  sub.add_option("--split", o->split, "val or train (shard folders)")->capture_default_str();
+  add_data_format_options(sub, o->format, o->dtype);
   sub.add_option("--tasks", o->tasks,
                  "multiple-choice task files (JSONL: context, choices, answer)");
   sub.add_option("--batches", o->batches, "validation batches (0: the whole split)")
@@ -64,7 +69,7 @@ Runner setup_eval(CLI::App& sub) {
   sub.add_option("--seq-len", o->seq_len,
                  "tokens per validation sequence (default: the run's data.seq_len, else 256)");
   sub.add_option("--tokenizer", o->tokenizer,
-                 "SentencePiece model (default: the run's or the export's)");
+                 "tokenizer.model or tokenizer.json (default: the run's or the export's)");
   sub.add_option("--device", o->device, "cpu, cuda or cuda:N")->capture_default_str();
   sub.add_option("--out", o->out,
                  "also write the results as JSON to this file (new, or the results of an earlier "
@@ -92,26 +97,21 @@ Runner setup_eval(CLI::App& sub) {
 
     if (!o->data.empty()) {
       const int64_t seq_len = o->seq_len > 0 ? o->seq_len : m.seq_len > 0 ? m.seq_len : 256;
-      const ShardIndex index = shard_index_read(o->data);
-      if (!index.splits.count(o->split))
-        throw std::invalid_argument(o->data + ": no split '" + o->split + "'");
-      check_vocabulary(index, o->data, m.model->config.vocab_size, tok ? tok->path() : "");
-      const auto data = std::make_shared<TokenDataset>(o->data, o->split, seq_len);
-      if (data->num_samples() < 1)
-        throw std::invalid_argument(o->data + ": split '" + o->split +
-                                    "' is shorter than one sequence");
+      const auto data = open_eval_data(o->data, o->format, o->dtype, o->split, seq_len,
+                                       m.model->config.vocab_size, tok ? tok->path() : "");
       const ValLoader loader(data, std::min<int64_t>(o->batch, data->num_samples()));
       const std::vector<int32_t> bytes = tok ? tok->token_byte_lengths() : std::vector<int32_t>{};
       const EvalResult r =
           evaluate(*m.model, loader, o->batches, device, false, tok ? &bytes : nullptr);
-      std::cout << std::fixed << std::setprecision(4) << o->split << ": loss " << r.loss
+      const std::string part = o->format == "shards" ? o->split : o->format;
+      std::cout << std::fixed << std::setprecision(4) << part << ": loss " << r.loss
                 << ", perplexity " << r.perplexity << " (" << r.tokens << " tokens)";
       if (r.bytes > 0)
         std::cout << "; per byte: perplexity " << r.byte_perplexity << ", " << r.bits_per_byte
                   << " bits";
       std::cout << "\n";
       result["data"] = {{"path", o->data},
-                        {"split", o->split},
+                        {"split", part},
                         {"loss", r.loss},
                         {"perplexity", r.perplexity},
                         {"tokens", r.tokens}};

@@ -34,7 +34,7 @@ Runner setup_generate(CLI::App& sub) {
       ->check(CLI::Range(1e-9, 1.0));
   sub.add_option("--seed", o->sample.seed, "sampling seed")->capture_default_str();
   sub.add_option("--tokenizer", o->tokenizer,
-                 "SentencePiece model (default: the run's or the export's)");
+                 "tokenizer.model or tokenizer.json (default: the run's or the export's)");
   sub.add_option("--device", o->device, "cpu, cuda or cuda:N")->capture_default_str();
   sub.add_flag("--no-cache", o->no_cache,
                "recompute the whole sequence for every token (slow; for checking)");
@@ -53,6 +53,7 @@ Runner setup_generate(CLI::App& sub) {
     for (int32_t id : tok.encode(o->prompt)) prompt.push_back(id);
     SampleOptions s = o->sample;
     s.stop_token = tok.eos_id();
+    s.vocab_limit = tok.vocab_size();  // ids beyond it (a padded vocabulary) have no text
     s.use_cache = !o->no_cache;
     // Stream: decode the whole continuation each time and print what is new (pieces can be
     // parts of a UTF-8 character).

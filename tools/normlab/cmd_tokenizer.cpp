@@ -1,4 +1,4 @@
-// normlab tokenizer train | encode | decode
+// normlab tokenizer train | encode | decode (encode and decode: SentencePiece or tokenizer.json)
 #include <iostream>
 #include <sstream>
 
@@ -42,7 +42,8 @@ Runner setup_tokenizer(CLI::App& sub) {
   auto enc = std::make_shared<CodecOptions>();
   CLI::App* e =
       sub.add_subcommand("encode", "print the token ids of a text (or of files' documents)");
-  e->add_option("--tokenizer", enc->tokenizer, "tokenizer.model")
+  e->add_option("--tokenizer", enc->tokenizer,
+                "tokenizer.model (SentencePiece) or tokenizer.json (Hugging Face)")
       ->required()
       ->check(CLI::ExistingFile);
   e->add_option("--text", enc->text, "the text to encode");
@@ -51,7 +52,8 @@ Runner setup_tokenizer(CLI::App& sub) {
 
   auto dec = std::make_shared<CodecOptions>();
   CLI::App* d = sub.add_subcommand("decode", "print the text of token ids");
-  d->add_option("--tokenizer", dec->tokenizer, "tokenizer.model")
+  d->add_option("--tokenizer", dec->tokenizer,
+                "tokenizer.model (SentencePiece) or tokenizer.json (Hugging Face)")
       ->required()
       ->check(CLI::ExistingFile);
   d->add_option("ids", dec->ids, "token ids")->required();

@@ -25,7 +25,7 @@ const Command kCommands[] = {
   {"checkpoint", "join a sharded (multi-rank) checkpoint into a whole one (consolidate); show a checkpoint (inspect); check its checksums (verify)", normlab::cli::setup_checkpoint},
   {"export",  "export a checkpoint's model: model.safetensors, config.json, tokenizer", normlab::cli::setup_export},
   {"import",  "a checkpoint of the official SiameseNorm code (--from olmo) as a normlab run folder", normlab::cli::setup_import},
-  {"tokenizer", "train a SentencePiece tokenizer; encode and decode with one", normlab::cli::setup_tokenizer},
+  {"tokenizer", "train a SentencePiece tokenizer; encode and decode with one or a tokenizer.json", normlab::cli::setup_tokenizer},
   {"data",    "prepare token shards from text (data prepare), check them (data inspect)", normlab::cli::setup_data},
   {"info",    "parameters, FLOPs per token and memory per GPU of a configuration", normlab::cli::setup_info},
   {"compare", "two models on the same weights in float64: largest relative difference of the logits and of every gradient", normlab::cli::setup_compare},

@@ -1,4 +1,7 @@
-// Tokenizer: a SentencePiece model (BPE or unigram, byte fallback on) and its training.
+// Tokenizer: a SentencePiece model (BPE or unigram, byte fallback on) and its training, or a
+// Hugging Face tokenizer.json of the byte-level BPE kind (GPT-2, GPT-NeoX, Llama 3, dolma2),
+// which encodes as the `tokenizers` library does (docs/data.md). The file chooses: a name
+// ending in .json, or JSON contents, is a tokenizer.json.
 //
 // Special tokens of models trained by normlab: <unk> = 0, <s> (BOS) = 1, </s> (EOS) = 2, no
 // padding token; with byte fallback the 256 byte pieces <0x00>..<0xFF> follow, so any UTF-8
@@ -48,7 +51,8 @@ std::string tokenizer_train(const TokenizerTrainOptions& options);
 
 class Tokenizer {
  public:
-  /// Loads a SentencePiece .model file; throws TokenizerError naming it.
+  /// Loads a SentencePiece .model file or a tokenizer.json; throws TokenizerError naming it
+  /// (for a tokenizer.json, also the component normlab does not read).
   explicit Tokenizer(const std::string& model_path);
   ~Tokenizer();
   Tokenizer(Tokenizer&&) noexcept;
@@ -60,6 +64,8 @@ class Tokenizer {
   std::string piece(int32_t id) const;
 
   int64_t vocab_size() const;
+  /// A tokenizer.json's: from tokenizer_config.json or a known name (docs/data.md); a
+  /// TokenizerError when it has none.
   int32_t eos_id() const;
   int32_t bos_id() const;
   /// For every id, the UTF-8 bytes it stands for in text: a byte piece <0xNN> is 1, the word

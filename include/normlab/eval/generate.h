@@ -20,6 +20,8 @@ struct SampleOptions {
   uint64_t seed = 0;
   int64_t max_tokens = 128;  // new tokens at most
   int64_t stop_token = -1;   // end early after this token (EOS); -1: never
+  int64_t vocab_limit = 0;   // draw only ids below it (a model's vocabulary padded beyond its
+                             // tokenizer's, as 50,304 for GPT-NeoX's 50,277); 0: all
   bool use_cache = true;     // false: recompute the whole sequence for every token (tests)
 };
 

@@ -78,6 +78,14 @@ TEST(Generate, SamplingFollowsItsOptions) {
   seen.clear();
   for (int i = 0; i < 400; ++i) seen.insert(sample_next(logits, o, gen));
   EXPECT_EQ(seen.size(), 5u);
+  o.vocab_limit = 4;  // a tokenizer of 4 ids under a model of 5: id 4 never comes out
+  seen.clear();
+  for (int i = 0; i < 400; ++i) seen.insert(sample_next(logits, o, gen));
+  EXPECT_EQ(seen, (std::set<int64_t>{0, 1, 2, 3}));
+  o.temperature = 0.0;
+  o.vocab_limit = 1;
+  EXPECT_EQ(sample_next(logits, o, gen), 0);  // greedy within the limit
+  o.vocab_limit = 0;
   // The same seed, the same text.
   DecoderLM m = generate_model_of(Scheme::SiameseHybrid);
   SampleOptions s;
