@@ -57,9 +57,6 @@ std::string export_model_hf(const std::string& source, const std::string& out_di
                             const std::string& tokenizer, std::vector<std::string>* written) {
   const LoadedModel m = load_model(source);
   const ModelConfig& model = m.model->config;
-  if (model.scheme == Scheme::Hyper)  // modeling_normlab.py has no Hyper-Connections yet
-    throw ConfigError(source + ": model.scheme = hyper: the Hugging Face export does not " +
-                      "support Hyper-Connections yet");
   const int64_t max_length = m.seq_len > 0 ? m.seq_len : 2048;
   nlohmann::json config = model_keys_json(model);
   config.update({{"architectures", {"NormlabForCausalLM"}},
