@@ -119,6 +119,10 @@ TEST(OlmoCheckpointTest, ErrorsNameWhatDoesNotFit) {
   for (const Scheme s : {Scheme::PreNorm, Scheme::Siamese, Scheme::HybridNorm})
     EXPECT_NE(error_of([&] { olmo_check_config(test::tiny_config(s)); }).find("model.scheme"),
               std::string::npos);
+  // Hyper-Connections: refused with the scheme and the reason named
+  const std::string hyper = error_of([&] { olmo_check_config(test::tiny_config(Scheme::Hyper)); });
+  EXPECT_NE(hyper.find("model.scheme = hyper"), std::string::npos) << hyper;
+  EXPECT_NE(hyper.find("no names for Hyper-Connections' parameters"), std::string::npos) << hyper;
 }
 
 TEST(OlmoCheckpointTest, ImportedRunGivesTheSameLogits) {
