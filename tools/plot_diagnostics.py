@@ -13,6 +13,9 @@ Writes into OUT_DIR (each only when the data for it is there):
   logit_lens.png     top-1 agreement of each stream alone with the model, against depth
   pruning.png        loss increase with each block skipped in turn
   moe_routing.png    MoE models: heat map of each expert's share of each layer's assignments
+  hyper.png          hyper: per sub-layer, the connections' spectral norm (A_r; mHC: H_res),
+                     their mean depth weight (|beta|; mHC: H_post) and their distance from the
+                     init, over training (one line per sub-layer, the newest step at the end)
 Exit codes: 0 written, 2 bad input, 3 matplotlib missing.
 """
 import json
@@ -175,6 +178,32 @@ def main():
         fig.savefig(os.path.join(out, "moe_routing.png"), dpi=110)
         plt.close(fig)
         written.append("moe_routing.png")
+
+    # Hyper-Connections: the connections' statistics over training, one line per sub-layer.
+    with_hyper = [d for d in lines if "hyper" in d]
+    if with_hyper:
+        mhc = with_hyper[-1]["hyper"][0]["variant"] == "mhc"
+        keys = (("h_res_spectral", "||H_res||_2"), ("h_post_abs", "mean H_post"), ("h_res_dist", "||H_res - 1/n||_F")) if mhc \
+            else (("a_r_spectral", "||A_r||_2 (static)"), ("beta_abs", "mean |beta| (static)"), ("alpha_dist", "||alpha - init||_F (static)"))
+        fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+        steps = [d["step"] for d in with_hyper]
+        n = len(with_hyper[-1]["hyper"])
+        for ax, (key, title) in zip(axes, keys):
+            for i in range(n):
+                h = with_hyper[-1]["hyper"][i]
+                ax.plot(steps, [d["hyper"][i][key] if i < len(d["hyper"]) else math.nan for d in with_hyper],
+                        "-" if h["branch"] == "attn" else "--", color=plt.cm.viridis(i / max(1, n - 1)),
+                        lw=1, label=f"{h['layer']}.{h['branch']}" if n <= 8 else None)
+            ax.set_xlabel("step")
+            ax.set_title(title)
+            ax.grid(alpha=0.3)
+        if n <= 8:
+            axes[0].legend(fontsize=7)
+        fig.suptitle("Hyper-Connections per sub-layer (layer.branch; attn solid, mlp dashed; colour: depth)")
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "hyper.png"), dpi=110)
+        plt.close(fig)
+        written.append("hyper.png")
 
     print("plots: " + ", ".join(os.path.join(out, w) for w in written))
     return 0

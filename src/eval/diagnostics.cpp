@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <map>
 
 namespace normlab {
 namespace {
@@ -147,6 +148,52 @@ void massive_activations(const StreamList& streams, int64_t top_k, DiagnosticsRe
     }
 }
 
+// The static part of each Hyper-Connections sub-layer's connection, from the parameters
+// <branch>_hc.* of each block (include/normlab/eval/diagnostics.h; the equations and the init
+// are src/nn/schemes/hyper.cpp's).
+void hyper_connections(DecoderLMImpl& model, DiagnosticsReport& r) {
+  auto spectral = [](const torch::Tensor& a) { return torch::linalg_svdvals(a).max().item<double>(); };
+  auto fro = [](const torch::Tensor& a) { return a.norm().item<double>(); };
+  auto mean_abs = [](const torch::Tensor& a) { return a.abs().mean().item<double>(); };
+  const int64_t L = model.config.n_layers;
+  for (int64_t l = 0; l < L; ++l) {
+    std::map<std::string, torch::Tensor> p;
+    for (const auto& kv : model.scheme_blocks[static_cast<size_t>(l)]->named_parameters(true))
+      p[kv.key()] = kv.value().detach().to(torch::kCPU, torch::kDouble);
+    for (const std::string branch : {"attn", "mlp"}) {
+      const std::string at = branch + "_hc.";
+      const int64_t k = 2 * l + (branch == "mlp" ? 1 : 0);  // the sub-layer
+      if (p.count(at + "static_alpha")) {
+        const torch::Tensor alpha = p[at + "static_alpha"], beta = p[at + "static_beta"];
+        const int64_t n = alpha.size(0);
+        const torch::Tensor eye = torch::eye(n, torch::kDouble);
+        const torch::Tensor init = torch::cat({eye.narrow(1, k % n, 1), eye}, 1);
+        r.hyper.push_back({l, branch, "hc",
+                           {{"a_r_spectral", spectral(alpha.narrow(1, 1, n))},
+                            {"beta_abs", mean_abs(beta)},
+                            {"alpha_dist", fro(alpha - init)},
+                            {"beta_dist", fro(beta - 1.0)}}});
+      } else if (p.count(at + "b_res")) {
+        const int64_t n = p[at + "b_pre"].size(0);
+        const torch::Tensor pre = torch::sigmoid(p[at + "b_pre"]);
+        const torch::Tensor post = 2.0 * torch::sigmoid(p[at + "b_post"]);
+        torch::Tensor res = torch::exp(p[at + "b_res"]);
+        for (int i = 0; i < 20; ++i) {  // hyper.cpp's Sinkhorn-Knopp: rows, then columns
+          res = res / res.sum(-1, /*keepdim=*/true);
+          res = res / res.sum(-2, /*keepdim=*/true);
+        }
+        r.hyper.push_back({l, branch, "mhc",
+                           {{"h_res_spectral", spectral(res)},
+                            {"h_res_dist", fro(res - 1.0 / static_cast<double>(n))},
+                            {"h_pre_abs", mean_abs(pre)},
+                            {"h_pre_dist", fro(pre - 0.5)},
+                            {"h_post_abs", mean_abs(post)},
+                            {"h_post_dist", fro(post - 1.0)}}});
+      }
+    }
+  }
+}
+
 }  // namespace
 
 DiagnosticsReport run_diagnostics(DecoderLMImpl& model, const torch::Tensor& inputs,
@@ -198,6 +245,7 @@ DiagnosticsReport run_diagnostics(DecoderLMImpl& model, const torch::Tensor& inp
   torch::NoGradGuard no_grad_rest;
 
   input_gains(model, twin, r);
+  hyper_connections(model, r);
   if (o.lens) logit_lens(model, logits, streams, twin, r);
   if (o.top_k > 0) massive_activations(streams, o.top_k, r);
 
@@ -261,6 +309,14 @@ std::string diagnostics_json(const DiagnosticsReport& r) {
     for (const auto& m : r.routing)
       j["moe"].push_back(
           {{"layer", m.layer}, {"share", m.share}, {"entropy", m.entropy}, {"idle", m.idle}});
+  }
+  if (!r.hyper.empty()) {
+    j["hyper"] = json::array();
+    for (const auto& h : r.hyper) {
+      json e = {{"layer", h.layer}, {"branch", h.branch}, {"variant", h.variant}};
+      for (const auto& [key, value] : h.values) e[key] = finite(value);
+      j["hyper"].push_back(e);
+    }
   }
   return j.dump();
 }

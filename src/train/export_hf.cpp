@@ -1,6 +1,8 @@
 #include "normlab/train/export_hf.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 
 #include "normlab/config/config_io.h"
@@ -53,17 +55,35 @@ void write_tokenizer(const std::string& path, const ModelConfig& model, int64_t 
 
 }  // namespace
 
+std::vector<std::string> hf_schemes() {
+  const std::string text = hf_configuration_py();
+  const size_t begin = text.find("\nSCHEMES = (");
+  const size_t end = text.find(')', begin);
+  if (begin == std::string::npos || end == std::string::npos)
+    throw std::logic_error("configuration_normlab.py: no SCHEMES = (...) tuple");
+  std::vector<std::string> names;
+  for (size_t q = text.find('"', begin); q < end; q = text.find('"', q + 1)) {
+    const size_t close = text.find('"', q + 1);
+    names.push_back(text.substr(q + 1, close - q - 1));
+    q = close;
+  }
+  return names;
+}
+
 std::string export_model_hf(const std::string& source, const std::string& out_dir,
                             const std::string& tokenizer, std::vector<std::string>* written) {
   const LoadedModel m = load_model(source);
   const ModelConfig& model = m.model->config;
-  if (model.scheme == Scheme::Hyper)  // modeling_normlab.py has no Hyper-Connections yet
-    throw ConfigError(source + ": model.scheme = hyper: the Hugging Face export does not " +
-                      "support Hyper-Connections yet");
+  const std::vector<std::string> supported = hf_schemes();
+  const std::string scheme(enum_name(model.scheme));
+  if (std::find(supported.begin(), supported.end(), scheme) == supported.end())
+    throw ConfigError(source + ": model.scheme = " + scheme +
+                      ": the Hugging Face model (modeling_normlab.py) does not implement it");
   if (model.siamese.hyper.enabled())
     throw ConfigError(source +
                       ": model.siamese.hyper.n = " + std::to_string(model.siamese.hyper.n) +
-                      ": the Hugging Face export does not support Hyper-Connections yet");
+                      ": the Hugging Face model (modeling_normlab.py) does not implement "
+                      "SiameseNorm with Hyper-Connections yet");
   const int64_t max_length = m.seq_len > 0 ? m.seq_len : 2048;
   nlohmann::json config = model_keys_json(model);
   config.update({{"architectures", {"NormlabForCausalLM"}},

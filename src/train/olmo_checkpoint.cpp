@@ -62,6 +62,11 @@ std::string listed(const std::vector<std::string>& names) {
 }  // namespace
 
 void olmo_check_config(const ModelConfig& cfg) {
+  if (cfg.scheme == Scheme::Hyper)
+    throw ConfigError(
+        "model.scheme = hyper: the official SiameseNorm code's checkpoints have no names for "
+        "Hyper-Connections' parameters (its hc model type is not in its published code), so "
+        "the OLMo format cannot hold this model; use --format normlab or --format hf");
   if (cfg.scheme != Scheme::SiameseHybrid)
     throw ConfigError("model.scheme = " + std::string(enum_name(cfg.scheme)) +
                       ": the official SiameseNorm code's checkpoints hold siamese_hybrid "

@@ -17,7 +17,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
 # name | overrides: every scheme, and the switches (GQA, q/k/v norms, LayerNorm, tied
-# embeddings, DeepNorm alpha/beta, the Mix-LN split, SiameseNorm's three switches, MoE MLPs)
+# embeddings, DeepNorm alpha/beta, the Mix-LN split, SiameseNorm's three switches, MoE MLPs,
+# Hyper-Connections' static/dynamic, tanh, n and mHC); @FILE: configs/tiny/FILE, not lm.yaml
 cases=(
   "pre_norm|model.scheme=pre_norm model.n_kv_heads=2"
   "pre_norm_tied_ln_qkv|model.scheme=pre_norm model.tie_embeddings=true model.norm_type=layernorm model.qkv_norm=true"
@@ -34,14 +35,20 @@ cases=(
   "siamese_hybrid_switches|model.scheme=siamese_hybrid model.siamese.input_norm=false model.siamese.output_fusion=paper model.n_kv_heads=1"
   "moe_pre_norm|model.scheme=pre_norm model.moe.n_experts=4 model.moe.top_k=2 model.moe.d_expert=32"
   "moe_siamese_hybrid|model.scheme=siamese_hybrid model.moe.n_experts=4 model.moe.top_k=1 model.moe.renormalize=true model.moe.every=2"
+  "hyper_dhc2|@hyper_dhc2.yaml"
+  "hyper_dhc4_notanh|@hyper_dhc2.yaml model.hyper.n=4 model.hyper.tanh=false model.tie_embeddings=true"
+  "hyper_shc4|@hyper_dhc2.yaml model.hyper.n=4 model.hyper.dynamic=false model.norm_type=layernorm"
+  "hyper_mhc4|@hyper_dhc2.yaml model.hyper.variant=mhc model.hyper.n=4"
 )
 prompt="And God said unto Moses, "
 dirs=()
 for c in "${cases[@]}"; do
-  name=${c%%|*} sets=()
-  for s in ${c#*|}; do sets+=(--set "$s"); done
+  name=${c%%|*} sets=() config=lm.yaml
+  for s in ${c#*|}; do
+    case $s in @*) config=${s#@} ;; *) sets+=(--set "$s") ;; esac
+  done
   d=$work/$name
-  "$normlab" train --config "$src/configs/tiny/lm.yaml" --set "data.train=$kjv/shards" \
+  "$normlab" train --config "$src/configs/tiny/$config" --set "data.train=$kjv/shards" \
     --set "data.tokenizer=$kjv/tokenizer.model" --set train.steps=20 --set eval.every=0 "${sets[@]}" \
     --out "$d/run" > "$d.train.out" 2>&1 || { cat "$d.train.out"; fail "train $name"; }
   "$normlab" export --format hf --checkpoint "$d/run" --out "$d/hf" > /dev/null || fail "export $name"

@@ -81,5 +81,13 @@ expect_error "already holds checkpoints" import --from olmo --checkpoint "$work/
   --set "data.tokenizer=$kjv/tokenizer.model" --set model.scheme=pre_norm \
   --set train.steps=1 --out "$work/pre" > /dev/null 2>&1 || fail "train pre_norm"
 expect_error "siamese_hybrid" export --format olmo --checkpoint "$work/pre" --out "$work/bad"
+# Hyper-Connections: no official names, refused both ways with the scheme and the reason
+expect_error "model.scheme = hyper: the official SiameseNorm code's checkpoints have no names for Hyper-Connections" \
+  import --from olmo --checkpoint "$work/official" --config "$cfg" --set model.scheme=hyper --out "$work/bad"
+"$normlab" train --config "$src/configs/tiny/hyper_dhc2.yaml" --set "data.train=$kjv/shards" \
+  --set "data.tokenizer=$kjv/tokenizer.model" --set train.steps=1 --out "$work/hyper" > /dev/null 2>&1 \
+  || fail "train hyper"
+expect_error "model.scheme = hyper: .*no names for Hyper-Connections" export --format olmo \
+  --checkpoint "$work/hyper" --out "$work/bad"
 [ ! -e "$work/bad" ] || fail "a failed command left $work/bad"
 echo "PASS"

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """src/train/hf/modeling_normlab.py (the model of `normlab export --format hf`) against the
-independent reference (normlab_ref.py; moe_ref.py for the Mixture-of-Experts cases) in float64,
+independent reference (normlab_ref.py; moe_ref.py for the Mixture-of-Experts cases, hyper_ref.py
+for Hyper-Connections) in float64,
 for every scheme and switch, on the reference's own random weights: the logits agree to 1e-12
 relative, and a batch with left and right padding (attention_mask) gives each sequence its
 unpadded logits.
@@ -22,6 +23,7 @@ except ImportError as e:
     sys.exit(77)
 import normlab_ref as R  # noqa: E402
 import moe_ref  # noqa: E402
+import hyper_ref  # noqa: E402
 
 TOL = 1e-12
 CASES = [(s, {}) for s in R.SCHEMES] + [
@@ -36,7 +38,19 @@ CASES = [(s, {}) for s in R.SCHEMES] + [
     ("pre_norm", dict(moe_n_experts=4, moe_top_k=2)),
     ("siamese_hybrid", dict(moe_n_experts=4, moe_top_k=1, moe_renormalize=True)),
     ("deep_norm", dict(moe_n_experts=3, moe_top_k=2, moe_every=2, moe_d_expert=20)),
+    # Hyper-Connections (hyper_ref.py) on its non-init weights: DHC, SHC, no tanh, mHC
+    ("hyper", dict(hyper_n=2)),
+    ("hyper", dict(hyper_n=4, hyper_dynamic=False, tie_embeddings=True)),
+    ("hyper", dict(hyper_n=4, hyper_tanh=False, norm_type="layernorm", qkv_norm=True)),
+    ("hyper", dict(hyper_n=1)),
+    ("hyper", dict(hyper_variant="mhc", hyper_n=4)),
 ]
+
+
+def reference_of(scheme, overrides):
+    if scheme == "hyper":
+        return hyper_ref
+    return moe_ref if any(k.startswith("moe_") for k in overrides) else R
 
 
 def hf_model(cfg, params):
@@ -48,7 +62,8 @@ def hf_model(cfg, params):
         siamese=dict(depth_scale=cfg["siamese_depth_scale"], input_norm=cfg["siamese_input_norm"],
                      output_fusion=cfg["siamese_output_fusion"]),
         deep_norm_alpha=cfg["deep_norm_alpha"], mix_ln_post_layers=cfg["mix_ln_post_layers"],
-        moe={k[4:]: v for k, v in cfg.items() if k.startswith("moe_")})
+        moe={k[4:]: v for k, v in cfg.items() if k.startswith("moe_")},
+        hyper={k[6:]: v for k, v in cfg.items() if k.startswith("hyper_")})
     model = NormlabForCausalLM(hc).double()
     # the export's names: "model." + normlab's, the untied head as lm_head
     weights = {("lm_head.weight" if n == "head.weight" else "model." + n): t for n, t in params.items()}
@@ -61,13 +76,13 @@ def hf_model(cfg, params):
 def main():
     bad = 0
     for scheme, overrides in CASES:
-        moe = any(k.startswith("moe_") for k in overrides)
-        cfg = (moe_ref if moe else R).make_config(scheme, **overrides)
-        params = (moe_ref if moe else R).init_params(cfg, seed=1, dtype=torch.float64)
+        ref_module = reference_of(scheme, overrides)
+        cfg = ref_module.make_config(scheme, **overrides)
+        params = ref_module.init_params(cfg, seed=1, dtype=torch.float64)
         model = hf_model(cfg, params)
         tokens = torch.randint(0, cfg["vocab_size"], (2, 10), generator=torch.Generator().manual_seed(0))
         # logits of tokens[:, :-1]
-        ref = moe_ref.model_forward(params, cfg, tokens)[0] if moe else R.model_forward(params, cfg, tokens)[0]
+        ref = ref_module.model_forward(params, cfg, tokens)[0]
         scale = ref.abs().max()
         with torch.no_grad():
             out = model(tokens[:, :-1]).logits

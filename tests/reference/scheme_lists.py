@@ -20,8 +20,7 @@ import sys
 # file -> (how its list is found, {scheme: why it may be missing})
 LISTS = {
     "tests/reference/normlab_ref.py": ("SCHEMES", {"hyper": "tests/reference/hyper_ref.py"}),
-    "src/train/hf/configuration_normlab.py": (
-        "SCHEMES", {"hyper": "normlab export --format hf refuses hyper (src/train/export_hf.cpp)"}),
+    "src/train/hf/configuration_normlab.py": ("SCHEMES", {}),
     "tools/bench/train_bench.sh": (
         "default", {"hyper": "tools/bench/torch_train.py has no Hyper-Connections"}),
 }

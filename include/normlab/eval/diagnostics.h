@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "normlab/nn/model.h"
@@ -59,6 +60,20 @@ struct RoutedShare {
   int64_t idle;               // experts that got no token
 };
 
+/// One Hyper-Connections sub-layer's connection (hyper; docs/diagnostics.md), from its
+/// parameters, not the batch: the static part of the connection. variant "hc" (static alpha,
+/// beta; for DHC the dynamic term s tanh(LN(H) W) is left out): a_r_spectral = ||A_r||_2,
+/// beta_abs = mean |beta|, alpha_dist = ||alpha - alpha_init||_F, beta_dist = ||beta - 1||_2.
+/// variant "mhc" (the coefficients at xt phi = 0, i.e. from the biases b_res, b_pre, b_post):
+/// h_res_spectral, h_res_dist = ||H_res - 1/n||_F, h_pre_abs, h_pre_dist = ||H_pre - 1/2||_2,
+/// h_post_abs, h_post_dist = ||H_post - 1||_2.
+struct HyperConnectionStats {
+  int64_t layer;
+  std::string branch;   // "attn", "mlp"
+  std::string variant;  // "hc", "mhc"
+  std::vector<std::pair<std::string, double>> values;  // in the order above
+};
+
 struct DiagnosticsReport {
   int64_t step = 0;
   double loss = 0.0;                        // mean cross-entropy of the batch
@@ -72,6 +87,7 @@ struct DiagnosticsReport {
   std::optional<double> pruning_base;       // loss of the whole model (pruning)
   std::vector<double> pruning;              // loss with block l skipped, per block
   std::vector<RoutedShare> routing;         // MoE layers, in order
+  std::vector<HyperConnectionStats> hyper;  // hyper: per block, attn then mlp
 };
 
 /// Runs the diagnostics on one batch of (inputs, targets) (B, T), in fp32 and eval mode; the

@@ -32,4 +32,9 @@ std::string export_model_hf(const std::string& source, const std::string& out_di
 const char* hf_modeling_py();
 const char* hf_configuration_py();
 
+/// The schemes modeling_normlab.py implements: the SCHEMES tuple of configuration_normlab.py
+/// (the file's own list, checked against the scheme table by the CTest scheme_lists).
+/// export_model_hf refuses a model of any other scheme, naming it.
+std::vector<std::string> hf_schemes();
+
 }  // namespace normlab

@@ -18,6 +18,7 @@ SCHEMES = (
     "resi_dual",
     "siamese",
     "siamese_hybrid",
+    "hyper",
 )
 
 
@@ -44,6 +45,7 @@ class NormlabConfig(PretrainedConfig):
         deep_norm_beta=None,
         mix_ln_post_layers=None,
         moe=None,
+        hyper=None,
         max_position_embeddings=2048,
         **kwargs,
     ):
@@ -83,6 +85,15 @@ class NormlabConfig(PretrainedConfig):
         if moe["n_experts"] > 0 and not 1 <= moe["top_k"] <= moe["n_experts"]:
             raise ValueError(f"config.json: moe.top_k {moe['top_k']} is not in [1, moe.n_experts]")
         self.moe = moe
+        # Hyper-Connections (normlab's model.hyper, docs/schemes.md); read only by scheme hyper
+        hyper = dict(hyper or {})
+        for key, default in (("variant", "hc"), ("n", 2), ("dynamic", True), ("tanh", True)):
+            hyper.setdefault(key, default)
+        if hyper["variant"] not in ("hc", "mhc"):
+            raise ValueError(f"config.json: hyper.variant: '{hyper['variant']}' is not hc or mhc")
+        if hyper["n"] not in (1, 2, 4, 8):
+            raise ValueError(f"config.json: hyper.n {hyper['n']} is not 1, 2, 4 or 8")
+        self.hyper = hyper
         # The usual transformers names, for tools that read them (lm-eval reads
         # max_position_embeddings). RoPE has no length limit; this is the length normlab trained at
         # or, when unknown, a default.

@@ -3,8 +3,8 @@
 Written by `normlab export --format hf` next to config.json and loaded with
 `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)`. Every normalization scheme
 of normlab (docs/schemes.md) follows the update rules of docs/paper.md, as the project's
-independent reference (tests/reference/normlab_ref.py) does; the weights keep normlab's names
-under `model.` (`model.blocks.0.attn.qkv.weight`), the untied head is `lm_head.weight`.
+independent reference (tests/reference/normlab_ref.py; hyper_ref.py for Hyper-Connections)
+does; the weights keep normlab's names under `model.` (`model.blocks.0.attn.qkv.weight`), the untied head is `lm_head.weight`.
 
 Norms compute in float32 (float64 for float64 weights) and return the input's dtype, as
 normlab does, so bfloat16 loading works. No KV cache: generate() recomputes the sequence for
@@ -140,6 +140,71 @@ class NormlabMoe(nn.Module):
         return y.view_as(x)
 
 
+class NormlabHyperConnection(nn.Module):
+    """One sub-layer's Hyper-Connection (docs/schemes.md, hyper), on the state H (B, T, n, C).
+    width(H) gives the branch input h, the carried streams H' and the depth weights beta; the
+    sub-layer's new state is beta O + H' for its branch output O.
+
+    hc: alpha = [A_m | A_r] (n x (n+1)), beta (n); dynamic (DHC), with Hb = LN(H) (no gain):
+    alpha = s_alpha tanh(Hb W_alpha) + static_alpha, beta = s_beta tanh(Hb W_beta) + static_beta
+    (tanh optional); h = A_m^T H, H' = A_r^T H.
+    mhc: xt = RMSNorm(vec(H)) (no gain), p = xt phi = [pre | post | res];
+    H_pre = sigmoid(a_pre p_pre + b_pre), H_post = 2 sigmoid(a_post p_post + b_post),
+    H_res = Sinkhorn-Knopp(exp(a_res mat(p_res) + b_res)), 20 row-then-column normalisations;
+    h = sum_i H_pre[i] H_i, H'_j = sum_i H_res[j, i] H_i, beta = H_post."""
+
+    def __init__(self, config, sublayer):
+        super().__init__()
+        hc, d = config.hyper, config.d_model
+        n = self.n = hc["n"]
+        self.mhc, self.tanh, self.eps = hc["variant"] == "mhc", hc["tanh"], config.norm_eps
+        if self.mhc:
+            self.phi = nn.Parameter(torch.zeros(n * d, n * n + 2 * n))
+            self.b_pre, self.b_post = nn.Parameter(torch.zeros(n)), nn.Parameter(torch.zeros(n))
+            self.b_res = nn.Parameter(torch.zeros(n, n))
+            for a in ("a_pre", "a_post", "a_res"):
+                setattr(self, a, nn.Parameter(torch.full((1,), 0.01)))
+            return
+        eye = torch.eye(n)
+        self.static_alpha = nn.Parameter(torch.cat([eye[:, sublayer % n: sublayer % n + 1], eye], 1))
+        self.static_beta = nn.Parameter(torch.ones(n))
+        self.dynamic = hc["dynamic"]
+        if self.dynamic:
+            self.w_alpha = nn.Parameter(torch.zeros(d, n + 1))
+            self.w_beta = nn.Parameter(torch.zeros(d))
+            self.s_alpha = nn.Parameter(torch.full((1,), 0.01))
+            self.s_beta = nn.Parameter(torch.full((1,), 0.01))
+
+    def width(self, H):
+        n, dt = self.n, H.dtype
+        if self.mhc:
+            v = H.flatten(-2)
+            xt = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + self.eps)
+            p = xt @ self.phi.to(dt)
+            pre = torch.sigmoid(self.a_pre * p[..., :n] + self.b_pre)
+            post = 2.0 * torch.sigmoid(self.a_post * p[..., n: 2 * n] + self.b_post)
+            res = torch.exp(self.a_res * p[..., 2 * n:].reshape(*p.shape[:-1], n, n) + self.b_res)
+            for _ in range(20):
+                res = res / res.sum(-1, keepdim=True)
+                res = res / res.sum(-2, keepdim=True)
+            h = (pre.to(dt).unsqueeze(-2) @ H).squeeze(-2)
+            return h, res.to(dt) @ H, post.to(dt)
+        alpha, beta = self.static_alpha, self.static_beta
+        if self.dynamic:
+            hb = F.layer_norm(H, (H.shape[-1],), eps=self.eps)
+            a, b = hb @ self.w_alpha.to(dt), hb @ self.w_beta.to(dt)
+            if self.tanh:
+                a, b = a.tanh(), b.tanh()
+            alpha = self.s_alpha * a + self.static_alpha
+            beta = self.s_beta * b + self.static_beta
+        mix = alpha.transpose(-1, -2).to(dt) @ H
+        return mix[..., 0, :], mix[..., 1:, :], beta.to(dt)
+
+    def sublayer(self, H, branch):
+        h, carry, beta = self.width(H)
+        return beta.unsqueeze(-1) * branch(h).unsqueeze(-2) + carry
+
+
 def deep_norm_alpha(config):
     a = config.deep_norm_alpha
     return a if a is not None else (2.0 * config.n_layers) ** 0.25
@@ -163,7 +228,7 @@ class NormlabBlock(nn.Module):
         moe = getattr(config, "moe", None) or {}
         is_moe = moe.get("n_experts", 0) > 0 and layer % moe.get("every", 1) == 0
         self.mlp = NormlabMoe(config) if is_moe else NormlabMlp(config)
-        if scheme in ("pre_norm", "post_norm", "deep_norm", "mix_ln", "resi_dual"):
+        if scheme in ("pre_norm", "post_norm", "deep_norm", "mix_ln", "resi_dual", "hyper"):
             norms = ["attn_norm", "mlp_norm"]
         elif scheme == "hybrid_norm":
             norms = ["mlp_norm"]
@@ -180,6 +245,9 @@ class NormlabBlock(nn.Module):
             norms = ["attn_y_norm", "mlp_norm", "mlp_y_norm"] + (["mlp_in_norm"] if siam["input_norm"] else [])
         for n in norms:
             setattr(self, n, NormlabNorm(config.d_model, config.norm_type, config.norm_eps))
+        if scheme == "hyper":
+            self.attn_hc = NormlabHyperConnection(config, 2 * layer)
+            self.mlp_hc = NormlabHyperConnection(config, 2 * layer + 1)
         self.alpha = deep_norm_alpha(config)
         self.post = scheme == "post_norm" or (scheme == "mix_ln" and layer < mix_ln_post_layers(config))
         self.input_norm = siam["input_norm"]
@@ -188,6 +256,9 @@ class NormlabBlock(nn.Module):
     def forward(self, X, Y, rope, mask):
         s = self.scheme
         a = lambda h: self.attn(h, rope, mask)  # noqa: E731
+        if s == "hyper":  # X is the state H (B, T, n, C)
+            X = self.attn_hc.sublayer(X, lambda h: a(self.attn_norm(h)))
+            return self.mlp_hc.sublayer(X, lambda h: self.mlp(self.mlp_norm(h))), Y
         if s in ("post_norm", "deep_norm", "mix_ln") and (self.post or s == "deep_norm"):
             alpha = self.alpha if s == "deep_norm" else 1.0
             X = self.attn_norm(alpha * X + a(X))
@@ -252,7 +323,7 @@ class NormlabModel(NormlabPreTrainedModel):
         self.blocks = nn.ModuleList(NormlabBlock(config, l) for l in range(config.n_layers))
         s, d = config.scheme, config.d_model
         ends = []
-        if s in ("pre_norm", "hybrid_norm", "hybrid_norm_star", "peri_norm", "mix_ln"):
+        if s in ("pre_norm", "hybrid_norm", "hybrid_norm_star", "peri_norm", "mix_ln", "hyper"):
             ends = ["final_norm"]
         elif s == "resi_dual":
             ends = ["final_norm_y"]
@@ -286,9 +357,13 @@ class NormlabModel(NormlabPreTrainedModel):
         rope = rope_tables(position_ids, self.config.d_model // self.config.n_heads,
                            self.config.rope_theta, E.dtype)
         X, Y = E, E
+        s = self.config.scheme
+        if s == "hyper":  # n copies of the embedding; at the end the streams are summed
+            X = E.unsqueeze(-2).expand(*E.shape[:-1], self.config.hyper["n"], E.shape[-1])
         for block in self.blocks:
             X, Y = block(X, Y, rope, mask)
-        s = self.config.scheme
+        if s == "hyper":
+            return self.final_norm(X.sum(-2))
         if s in ("post_norm", "deep_norm"):
             return X
         if s == "resi_dual":

@@ -292,3 +292,76 @@ TEST(Diagnostics, MoeRoutingSharesPerLayerAndExpert) {
   EXPECT_TRUE(dense.routing.empty());
   EXPECT_EQ(diagnostics_json(dense).find("\"moe\""), std::string::npos);
 }
+
+// Hyper-Connections: the connections' statistics on hand-set parameters. hc (n = 2, DHC): A_r of
+// the first attention sub-layer set to diag(3, 4) gives ||A_r||_2 = 4 and ||alpha - init||_F =
+// ||diag(2, 3)||_F = sqrt(13); beta = (-2, 1) gives mean |beta| = 1.5 and ||beta - 1|| = 3; the
+// untouched sub-layers are at the init (1, 1, 0, 0). mhc (n = 2): b_res = ln 3 I gives
+// exp = [[3, 1], [1, 3]], doubly stochastic after one row step: [[.75, .25], [.25, .75]],
+// spectral norm 1, ||. - 1/2||_F = 0.5; b_pre = (0, ln 3) gives H_pre = (1/2, 3/4): mean 0.625,
+// distance 0.25; b_post = 0 gives H_post = 1. Only the parameters enter, in double (a 2 x 2
+// SVD): the hc values are exact in float32, so 1e-12 bounds the error; mhc's ln 3 is stored in
+// float32 (off by <= 2^-24 x 1.1 = 6.6e-8), which moves sigmoid by <= 1/4 of that and the
+// Sinkhorn entries by < 1e-7, so mhc uses 1e-7. A wrong norm or init misses by > 0.1.
+TEST(Diagnostics, HyperConnectionStatisticsOfHandSetConnections) {
+  auto value = [](const HyperConnectionStats& h, const std::string& key) {
+    for (const auto& [k, v] : h.values)
+      if (k == key) return v;
+    ADD_FAILURE() << "no " << key;
+    return 0.0;
+  };
+  const Data d = batch();
+  {
+    ModelConfig c = test::tiny_config(Scheme::Hyper);
+    c.hyper.n = 2;
+    DecoderLM m(c);
+    {
+      torch::NoGradGuard g;
+      param(*m, "blocks.0.attn_hc.static_alpha").narrow(1, 1, 2).copy_(torch::diag(torch::tensor({3.0, 4.0})));
+      param(*m, "blocks.0.attn_hc.static_beta").copy_(torch::tensor({-2.0, 1.0}));
+    }
+    const DiagnosticsReport r = run_diagnostics(*m, d.inputs, d.targets, {});
+    ASSERT_EQ(r.hyper.size(), 4u);  // 2 blocks x (attn, mlp)
+    EXPECT_EQ(r.hyper[0].branch, "attn");
+    EXPECT_EQ(r.hyper[1].branch, "mlp");
+    EXPECT_EQ(r.hyper[0].variant, "hc");
+    EXPECT_NEAR(value(r.hyper[0], "a_r_spectral"), 4.0, 1e-12);
+    EXPECT_NEAR(value(r.hyper[0], "alpha_dist"), std::sqrt(13.0), 1e-12);
+    EXPECT_NEAR(value(r.hyper[0], "beta_abs"), 1.5, 1e-12);
+    EXPECT_NEAR(value(r.hyper[0], "beta_dist"), 3.0, 1e-12);
+    for (size_t i = 1; i < 4; ++i) {  // A_m = e_(k mod 2) for sub-layer k: the init, per sub-layer
+      EXPECT_NEAR(value(r.hyper[i], "a_r_spectral"), 1.0, 1e-12) << i;
+      EXPECT_NEAR(value(r.hyper[i], "alpha_dist"), 0.0, 1e-12) << i;
+      EXPECT_NEAR(value(r.hyper[i], "beta_abs"), 1.0, 1e-12) << i;
+      EXPECT_NEAR(value(r.hyper[i], "beta_dist"), 0.0, 1e-12) << i;
+    }
+    const std::string j = diagnostics_json(r);
+    EXPECT_NE(j.find("\"hyper\":[{"), std::string::npos);
+    EXPECT_NE(j.find("\"a_r_spectral\":4.0"), std::string::npos) << j;
+  }
+  {
+    ModelConfig c = test::tiny_config(Scheme::Hyper);
+    c.hyper.n = 2;
+    c.hyper.variant = HyperVariant::Mhc;
+    DecoderLM m(c);
+    {
+      torch::NoGradGuard g;
+      param(*m, "blocks.1.mlp_hc.b_res").copy_(std::log(3.0) * torch::eye(2));
+      param(*m, "blocks.1.mlp_hc.b_pre").copy_(torch::tensor({0.0, std::log(3.0)}));
+    }
+    const DiagnosticsReport r = run_diagnostics(*m, d.inputs, d.targets, {});
+    ASSERT_EQ(r.hyper.size(), 4u);
+    constexpr double kMhcTol = 1e-7;  // the float32 ln 3 (above)
+    const auto& h = r.hyper[3];
+    EXPECT_EQ(h.variant, "mhc");
+    EXPECT_NEAR(value(h, "h_res_spectral"), 1.0, kMhcTol);
+    EXPECT_NEAR(value(h, "h_res_dist"), 0.5, kMhcTol);
+    EXPECT_NEAR(value(h, "h_pre_abs"), 0.625, kMhcTol);
+    EXPECT_NEAR(value(h, "h_pre_dist"), 0.25, kMhcTol);
+    EXPECT_NEAR(value(h, "h_post_abs"), 1.0, kMhcTol);
+    EXPECT_NEAR(value(h, "h_post_dist"), 0.0, kMhcTol);
+    EXPECT_NEAR(value(r.hyper[0], "h_res_dist"), 0.0, 1e-12);  // the init: H_res = 1/n
+  }
+  EXPECT_TRUE(run_diagnostics(*diagnostics_model_of(Scheme::PreNorm), d.inputs, d.targets, {})
+                  .hyper.empty());
+}

@@ -119,10 +119,14 @@ TEST(OlmoCheckpointTest, ErrorsNameWhatDoesNotFit) {
   for (const Scheme s : {Scheme::PreNorm, Scheme::Siamese, Scheme::HybridNorm})
     EXPECT_NE(error_of([&] { olmo_check_config(test::tiny_config(s)); }).find("model.scheme"),
               std::string::npos);
-  ModelConfig hyper = test::tiny_config(Scheme::SiameseHybrid);  // Y as hyper-streams
-  hyper.siamese.hyper.n = 2;
-  EXPECT_NE(error_of([&] { olmo_check_config(hyper); }).find("model.siamese.hyper.n = 2"),
+  ModelConfig siamese_hyper = test::tiny_config(Scheme::SiameseHybrid);  // Y as hyper-streams
+  siamese_hyper.siamese.hyper.n = 2;
+  EXPECT_NE(error_of([&] { olmo_check_config(siamese_hyper); }).find("model.siamese.hyper.n = 2"),
             std::string::npos);
+  // Hyper-Connections: refused with the scheme and the reason named
+  const std::string hyper = error_of([&] { olmo_check_config(test::tiny_config(Scheme::Hyper)); });
+  EXPECT_NE(hyper.find("model.scheme = hyper"), std::string::npos) << hyper;
+  EXPECT_NE(hyper.find("no names for Hyper-Connections' parameters"), std::string::npos) << hyper;
 }
 
 TEST(OlmoCheckpointTest, ImportedRunGivesTheSameLogits) {

@@ -2,6 +2,8 @@
 // the spike detector.
 #include <torch/torch.h>
 
+#include "normlab/nn/scheme.h"
+#include "normlab/train/export_hf.h"
 #include "normlab/train/optimizer.h"
 #include "normlab/train/schedule.h"
 #include "normlab/train/stability.h"
@@ -133,4 +135,19 @@ TEST(Spikes, ZScoreOverARollingWindow) {
   e.restore(d.window(), d.spikes());
   EXPECT_EQ(e.observe(9.0), d.observe(9.0));
   EXPECT_EQ(e.spikes(), d.spikes());
+}
+
+// The Hugging Face export's scheme list is read from the built-in configuration_normlab.py's
+// SCHEMES tuple: each entry is a scheme of the table, none twice, and the first and the last
+// of the tuple (pre_norm, hyper) are there, so the parse finds the tuple's ends. (That every
+// scheme of the table is listed, or why not, is the CTest scheme_lists' check.)
+TEST(HfExport, SchemeListIsTheBuiltInFiles) {
+  const std::vector<std::string> names = hf_schemes();
+  ASSERT_FALSE(names.empty());
+  EXPECT_EQ(names.front(), "pre_norm");
+  EXPECT_EQ(names.back(), "hyper");
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_NO_THROW(enum_from_name<Scheme>(names[i], "SCHEMES")) << names[i];
+    for (size_t j = 0; j < i; ++j) EXPECT_NE(names[i], names[j]);
+  }
 }
