@@ -152,7 +152,9 @@ void massive_activations(const StreamList& streams, int64_t top_k, DiagnosticsRe
 // <branch>_hc.* of each block (include/normlab/eval/diagnostics.h; the equations and the init
 // are src/nn/schemes/hyper.cpp's).
 void hyper_connections(DecoderLMImpl& model, DiagnosticsReport& r) {
-  auto spectral = [](const torch::Tensor& a) { return torch::linalg_svdvals(a).max().item<double>(); };
+  auto spectral = [](const torch::Tensor& a) {
+    return torch::linalg_svdvals(a).max().item<double>();
+  };
   auto fro = [](const torch::Tensor& a) { return a.norm().item<double>(); };
   auto mean_abs = [](const torch::Tensor& a) { return a.abs().mean().item<double>(); };
   const int64_t L = model.config.n_layers;
@@ -168,7 +170,9 @@ void hyper_connections(DecoderLMImpl& model, DiagnosticsReport& r) {
         const int64_t n = alpha.size(0);
         const torch::Tensor eye = torch::eye(n, torch::kDouble);
         const torch::Tensor init = torch::cat({eye.narrow(1, k % n, 1), eye}, 1);
-        r.hyper.push_back({l, branch, "hc",
+        r.hyper.push_back({l,
+                           branch,
+                           "hc",
                            {{"a_r_spectral", spectral(alpha.narrow(1, 1, n))},
                             {"beta_abs", mean_abs(beta)},
                             {"alpha_dist", fro(alpha - init)},
@@ -182,7 +186,9 @@ void hyper_connections(DecoderLMImpl& model, DiagnosticsReport& r) {
           res = res / res.sum(-1, /*keepdim=*/true);
           res = res / res.sum(-2, /*keepdim=*/true);
         }
-        r.hyper.push_back({l, branch, "mhc",
+        r.hyper.push_back({l,
+                           branch,
+                           "mhc",
                            {{"h_res_spectral", spectral(res)},
                             {"h_res_dist", fro(res - 1.0 / static_cast<double>(n))},
                             {"h_pre_abs", mean_abs(pre)},

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <stdexcept>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "normlab/config/config_io.h"
 #include "normlab/data/tokenizer.h"

@@ -69,8 +69,8 @@ struct RoutedShare {
 /// h_post_abs, h_post_dist = ||H_post - 1||_2.
 struct HyperConnectionStats {
   int64_t layer;
-  std::string branch;   // "attn", "mlp"
-  std::string variant;  // "hc", "mhc"
+  std::string branch;                                  // "attn", "mlp"
+  std::string variant;                                 // "hc", "mhc"
   std::vector<std::pair<std::string, double>> values;  // in the order above
 };
 

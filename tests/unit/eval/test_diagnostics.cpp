@@ -317,7 +317,9 @@ TEST(Diagnostics, HyperConnectionStatisticsOfHandSetConnections) {
     DecoderLM m(c);
     {
       torch::NoGradGuard g;
-      param(*m, "blocks.0.attn_hc.static_alpha").narrow(1, 1, 2).copy_(torch::diag(torch::tensor({3.0, 4.0})));
+      param(*m, "blocks.0.attn_hc.static_alpha")
+          .narrow(1, 1, 2)
+          .copy_(torch::diag(torch::tensor({3.0, 4.0})));
       param(*m, "blocks.0.attn_hc.static_beta").copy_(torch::tensor({-2.0, 1.0}));
     }
     const DiagnosticsReport r = run_diagnostics(*m, d.inputs, d.targets, {});
