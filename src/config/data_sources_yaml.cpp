@@ -30,7 +30,7 @@ SourcesError decode_one(const YAML::Node& n, const std::string& where, DataSourc
                                                 "eos",  "weight", "verify"};
   for (auto it = n.begin(); it != n.end(); ++it) {
     const std::string k = it->first.Scalar();
-    const YAML::Node& v = it->second;
+    const YAML::Node v = it->second;  // a copy: it->second belongs to a temporary
     const std::string at = where + "." + k;
     if (v.IsNull()) return {at, "empty (give a value or leave the key out)"};
     std::string err;
