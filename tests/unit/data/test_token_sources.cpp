@@ -213,9 +213,10 @@ TEST(Mixture, PlanCountsAreExactAndOneSourceIsTheIdentity) {
   for (int64_t p = 0; p < 1200; ++p) {
     const auto [s, k] = plan.draw(p);
     EXPECT_TRUE(seen[static_cast<size_t>(s)].insert(k).second) << "draw " << k << " twice";
-    if (p % 12 == 11)
+    if (p % 12 == 11) {
       EXPECT_EQ(seen[0].size() + seen[1].size() * 10 + seen[2].size() * 1000,
                 static_cast<size_t>((p + 1) / 12 * (6 + 30 + 3000)));
+    }
   }
   for (size_t s = 0; s < 3; ++s) {
     const int64_t n = s == 0 ? 600 : 300;
@@ -232,11 +233,12 @@ TEST(Mixture, PlanCountsAreExactAndOneSourceIsTheIdentity) {
     for (int64_t n = 0; n <= 7000; ++n) {
       const double want = odd.share(s) * static_cast<double>(n);
       ASSERT_LT(std::abs(static_cast<double>(odd.draws_before(s, n)) - want), 1.0) << s << " " << n;
-      if (n % 7 == 0 && n > 0)
+      if (n % 7 == 0 && n > 0) {
         ASSERT_LT(
             std::abs(static_cast<double>(odd.draws_before(s, n) - odd.draws_before(s, n - 7)) -
                      odd.share(s) * 7),
             2.0);
+      }
     }
   EXPECT_NEAR(odd.share(0), 0.7, 1e-7);  // shares of 2^24: within 2^-24 of the weights
   EXPECT_THROW(MixturePlan({0.7, 0.0}, 8, 0), DataError);

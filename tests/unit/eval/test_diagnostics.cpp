@@ -222,9 +222,10 @@ TEST(Diagnostics, SiameseHyperStreamsGiveThePlainModelsDiagnosticsAtOneStream) {
         EXPECT_NEAR(r.rms[s].values[i], plain.rms[s].values[i], 1e-6 * plain.rms[s].values[i]);
         // (not at the entry: the plain model's X0 and Y0 are one tensor, the embedding, whose
         // gradient takes both streams'; the hyper-streams are n copies of it)
-        if (i > 0)
+        if (i > 0) {
           EXPECT_NEAR(r.stream_grad[s].values[i], plain.stream_grad[s].values[i],
                       1e-5 * plain.stream_grad[s].values[i]);
+        }
       }
     }
   }

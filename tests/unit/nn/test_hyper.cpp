@@ -100,8 +100,9 @@ TEST(Hyper, InitIsThePapers) {
     }
   cfg.hyper.dynamic = false;
   for (const auto& q : DecoderLM(cfg)->named_parameters())
-    if (is_hc(q.key()))
+    if (is_hc(q.key())) {
       EXPECT_TRUE(q.key().find("static_") != std::string::npos) << q.key() << " in SHC";
+    }
 }
 
 TEST(Hyper, OutStdMultScalesTheOutputProjectionsBySqrtN) {
@@ -144,10 +145,11 @@ TEST(Hyper, AtInitIsPreNormWithTheFinalEpsOverNSquared) {
       set_final_eps(p.a, cfg.norm_eps / static_cast<double>(n * n));
       const auto report = equivalence::compare(p, {5});
       EXPECT_LE(report.worst(), kTol) << report;
-      if (dynamic)  // the scales see tanh(0) = 0: their gradient is exactly 0 at init
+      if (dynamic) {  // the scales see tanh(0) = 0: their gradient is exactly 0 at init
         EXPECT_EQ(
             p.b->named_parameters()["blocks.0.attn_hc.s_alpha"].grad().abs().max().item<double>(),
             0.0);
+      }
     }
 }
 
@@ -248,7 +250,9 @@ TEST(Hyper, MhcAtInitWithZeroEpsIsPreNorm) {
     EXPECT_LE(report.worst(), kTol) << report;
     // with the final norm's eps back, it is not exact any more: the check can fail
     set_final_eps(p.a, 1e-3);
-    if (n > 1) EXPECT_GT(equivalence::compare(p, {5}).worst(), 1e3 * kTol);
+    if (n > 1) {
+      EXPECT_GT(equivalence::compare(p, {5}).worst(), 1e3 * kTol);
+    }
   }
 }
 

@@ -109,7 +109,9 @@ TEST(ParameterRoles, MatmulsNormsEmbeddingAndTheSchemesOwn) {
     int64_t scheme_own = 0;
     for (const auto& [name, role] : roles) scheme_own += role == ParamRole::Scheme;
     EXPECT_EQ(scheme_own > 0, s != Scheme::PreNorm);
-    if (s == Scheme::SiameseHybrid) EXPECT_EQ(roles.at("blocks.0.c1"), ParamRole::Scheme);
+    if (s == Scheme::SiameseHybrid) {
+      EXPECT_EQ(roles.at("blocks.0.c1"), ParamRole::Scheme);
+    }
     const auto kept = parameters_kept_fp32(*model, "norms,scheme");
     EXPECT_EQ(kept.count("blocks.1.mlp_norm.weight"), 1u);
     EXPECT_EQ(kept.count("embed.weight"), 0u);

@@ -217,7 +217,9 @@ TEST(SiameseHyper, GradientsCausalityKvCacheAndActivationCheckpointing) {
         // mHC's H_res parameters get rounding noise only where H_res cannot matter (the first
         // sub-layer's streams are equal, the last one's column sums are 1; hyper_ref.py)
         const bool res = name.find("_res") != std::string::npos;
-        if (!res) EXPECT_GT(g.abs().sum().item<double>(), 0.0) << name << " gets no gradient";
+        if (!res) {
+          EXPECT_GT(g.abs().sum().item<double>(), 0.0) << name << " gets no gradient";
+        }
       }
       torch::Tensor full, pieces, changed;
       {
