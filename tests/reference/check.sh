@@ -37,18 +37,18 @@ case $mode in
     echo "golden regenerate: $(ls "$golden" | wc -l) files within bounds: PASS"
     ;;
   mutant)
-    # A copy of the reference with LayerNorm's eps changed (each mutation in turn); the LayerNorm
-    # cases only.
+    # A copy of the reference with LayerNorm's eps changed (each mutation in turn, in
+    # blocks_ref.py, the reference's norms); the LayerNorm cases only.
     rm -rf "$work" && mkdir -p "$work" || exit 1
     for mutation in "eps + 1e-3" "eps * (1 + 1e-3)"; do
       ref=$work/ref && rm -rf "$ref" "$work/golden" && mkdir -p "$ref" "$work/golden" && cp "$src"/tests/reference/*.py "$ref/"
-      "$python" - "$ref/normlab_ref.py" "$mutation" <<'PY' || exit 1
+      "$python" - "$ref/blocks_ref.py" "$mutation" <<'PY' || exit 1
 import sys
 path, mutation = sys.argv[1], sys.argv[2]
 text = open(path).read()
 line = "y = (xc - mean) / torch.sqrt(var + eps)"
 if text.count(line) != 1:
-    sys.exit(f"FAIL: the mutation site '{line}' is not in normlab_ref.py once")
+    sys.exit(f"FAIL: the mutation site '{line}' is not in blocks_ref.py once")
 open(path, "w").write(text.replace(line, f"y = (xc - mean) / torch.sqrt(var + ({mutation}))"))
 PY
       "$python" "$ref/make_goldens.py" --out "$work/golden" --cases '*layernorm*' >"$work/make_goldens.log" 2>&1 \

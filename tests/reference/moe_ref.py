@@ -45,6 +45,7 @@ import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import normlab_ref as ref  # noqa: E402
+import schemes_ref  # noqa: E402  (where the forwards look `mlp` up)
 
 MOE_DEFAULTS = {
     "moe_n_experts": 4,
@@ -136,19 +137,20 @@ def moe_mlp(P, prefix, x, cfg, aux):
 
 @contextlib.contextmanager
 def moe_mlps(cfg, aux):
-    """normlab_ref's forwards with MoE in the MoE blocks (they look `mlp` up at call time)."""
-    dense = ref.mlp
+    """normlab_ref's forwards with MoE in the MoE blocks (they look `mlp` up in schemes_ref at
+    call time)."""
+    dense = schemes_ref.mlp
 
     def mlp(P, prefix, x, c):
         if f"{prefix}.router.weight" in P:
             return moe_mlp(P, prefix, x, cfg, aux)
         return dense(P, prefix, x, c)
 
-    ref.mlp = mlp
+    schemes_ref.mlp = mlp
     try:
         yield
     finally:
-        ref.mlp = dense
+        schemes_ref.mlp = dense
 
 
 def model_forward(P, cfg, tokens):
