@@ -20,18 +20,9 @@ MARGIN=2.0 LB_MAX=1.25
 config=$src/${NORMLAB_MOE_CONFIG:-configs/moe/tiny.yaml} precision=${NORMLAB_MOE_PRECISION:-fp64}
 rm -rf "$work" && mkdir -p "$work"
 export OMP_NUM_THREADS=1
-# (Other files there, such as hyper_dhc2.yaml, are variants: their scheme is not their name.)
-schemes=$(for f in "$src"/configs/1.3b/*.yaml; do
-            s=$(basename "$f" .yaml)
-            [ "$("$normlab" config --config "$f" | grep -c "^  scheme: $s\$")" -gt 0 ] && echo "$s" || true; done)
-for s in $schemes; do
-  "$normlab" train --config "$config" --set model.scheme=$s \
-    --set "data.train=$kjv/shards" --set "data.tokenizer=$kjv/tokenizer.model" \
-    --set train.steps=40 --set train.precision="$precision" --set eval.at_start=true --set eval.every=40 \
-    --set eval.batches=8 --set checkpoint.every=0 --set checkpoint.at_end=false \
-    --set logging.every=1000 --out "$work/$s" > "$work/$s.out" 2>&1 \
-    || { cat "$work/$s.out"; echo "FAIL: training $s"; exit 1; }
-done
+source "$(dirname "${BASH_SOURCE[0]}")/scheme_training.sh"
+schemes=$(every_scheme)
+train_40_steps "$config" "$precision" $schemes
 "$python" - "$work" "$MARGIN" "$LB_MAX" $schemes <<'PY'
 import json, os, sys
 work, margin, lb_max, schemes = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
