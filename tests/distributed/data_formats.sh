@@ -9,15 +9,11 @@
 # Env: NORMLAB_MPIRUN (default: mpirun)
 set -euo pipefail
 normlab=$1 src=$2 python=$4 work=$5
-mpirun=${NORMLAB_MPIRUN:-mpirun}
-command -v "$mpirun" >/dev/null || { echo "SKIP: no mpirun (install openmpi-bin: tools/setup.sh)"; exit 77; }
-rm -rf "$work" && mkdir -p "$work"
+source "$(dirname "${BASH_SOURCE[0]}")/mpi_setup.sh"
 rc=0
 "$python" "$src/tests/reference/token_formats.py" "$work/d" 1000 > "$work/writer.out" 2>&1 || rc=$?
 [ "$rc" -eq 77 ] && { echo "SKIP: no numpy"; exit 77; }
 [ "$rc" -eq 0 ] || { cat "$work/writer.out"; echo "FAIL: writer"; exit 1; }
-export OMP_NUM_THREADS=1
-mpi=("$mpirun" --oversubscribe --allow-run-as-root --bind-to none -x OMP_NUM_THREADS --mca btl self,vader)
 d=$work/d
 args=(--config "$src/configs/tiny/lm.yaml"
       --set "data.train=[{path: $d/mix_a.bin, format: tokens, dtype: uint16, eos: 0, weight: 0.7}, {path: $d/mix_b, format: megatron, weight: 0.3}]"

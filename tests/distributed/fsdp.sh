@@ -22,13 +22,9 @@
 #        alone (tools/stress_dist.sh)
 set -euo pipefail
 normlab=$1 src=$2 kjv=$3 python=$4 work=$5
-mpirun=${NORMLAB_MPIRUN:-mpirun}
-command -v "$mpirun" >/dev/null || { echo "SKIP: no mpirun (install openmpi-bin: tools/setup.sh)"; exit 77; }
-rm -rf "$work" && mkdir -p "$work"
+source "$(dirname "${BASH_SOURCE[0]}")/mpi_setup.sh"
 parts=" ${NORMLAB_FSDP_PARTS:-1 5 6} "
 want() { [[ $parts == *" $1 "* ]]; }
-export OMP_NUM_THREADS=1
-mpi=("$mpirun" --oversubscribe --allow-run-as-root --bind-to none -x OMP_NUM_THREADS --mca btl self,vader)
 args=(--config "$src/configs/tiny/lm.yaml" --set "data.train=$kjv/shards" --set "data.tokenizer=$kjv/tokenizer.model"
       --set train.steps=20 --set train.global_batch=12 --set train.micro_batch=2 --set eval.every=0
       --set eval.batches=6 --set checkpoint.every=10 --set checkpoint.keep=3 --set logging.every=1000

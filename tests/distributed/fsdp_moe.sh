@@ -9,11 +9,7 @@
 # Usage: fsdp_moe.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR (run by CTest, label dist)
 set -euo pipefail
 normlab=$1 src=$2 kjv=$3 python=$4 work=$5
-mpirun=${NORMLAB_MPIRUN:-mpirun}
-command -v "$mpirun" >/dev/null || { echo "SKIP: no mpirun (install openmpi-bin: tools/setup.sh)"; exit 77; }
-rm -rf "$work" && mkdir -p "$work"
-export OMP_NUM_THREADS=1
-mpi=("$mpirun" --oversubscribe --allow-run-as-root --bind-to none -x OMP_NUM_THREADS --mca btl self,vader)
+source "$(dirname "${BASH_SOURCE[0]}")/mpi_setup.sh"
 args=(--config "$src/configs/moe/tiny.yaml" --set "data.train=$kjv/shards" --set "data.tokenizer=$kjv/tokenizer.model"
       --set train.steps=12 --set train.global_batch=12 --set train.micro_batch=2 --set eval.every=0
       --set eval.batches=2 --set checkpoint.at_end=false --set logging.every=1000

@@ -10,11 +10,7 @@
 # Usage: launch_safety.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR   (env NORMLAB_MPIRUN)
 set -euo pipefail
 normlab=$1 src=$2 kjv=$3 work=$5
-mpirun=${NORMLAB_MPIRUN:-mpirun}
-command -v "$mpirun" >/dev/null || { echo "SKIP: no mpirun (install openmpi-bin: tools/setup.sh)"; exit 77; }
-rm -rf "$work" && mkdir -p "$work"
-export OMP_NUM_THREADS=1
-mpi=("$mpirun" --oversubscribe --allow-run-as-root --bind-to none -x OMP_NUM_THREADS --mca btl self,vader)
+source "$(dirname "${BASH_SOURCE[0]}")/mpi_setup.sh"
 args=(--config "$src/configs/tiny/lm.yaml" --set "data.train=$kjv/shards" --set "data.tokenizer=$kjv/tokenizer.model"
       --set train.steps=2 --set train.global_batch=4 --set train.micro_batch=2 --set eval.every=0
       --set eval.batches=1 --set checkpoint.every=0 --set checkpoint.at_end=false --set logging.every=1000
