@@ -12,8 +12,9 @@ import os
 import sys
 import time
 
-import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+from peer_tokens import read_documents, write_tokens
 
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+"
           r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -41,21 +42,11 @@ def train(style, corpus, out_dir):
 def encode(path, eos_token, corpus, out):
     start = time.perf_counter()
     tok = Tokenizer.from_file(path)
-    with open(corpus, encoding="utf-8") as f:
-        text = f.read()
-    docs = [d.strip("\n") for d in text.split("\n\n") if d.strip()]
+    docs = read_documents(corpus)
     # encode_batch_fast (no offsets): the library's fastest path, on its own thread pool
     # (RAYON_NUM_THREADS).
     ids = [e.ids for e in tok.encode_batch_fast(docs, add_special_tokens=False)]
-    eos = tok.token_to_id(eos_token)
-    total = sum(len(x) + 1 for x in ids)
-    arr = np.empty(total, dtype=np.uint16)
-    at = 0
-    for x in ids:
-        arr[at:at + len(x)] = x
-        arr[at + len(x)] = eos
-        at += len(x) + 1
-    arr.tofile(out)
+    total = write_tokens(ids, tok.token_to_id(eos_token), out)
     print(f"peer {time.perf_counter() - start:.4f} {total}")
 
 
