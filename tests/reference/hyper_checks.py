@@ -101,7 +101,7 @@ def param_overhead(check):
 
 def gradients_and_causality(check, tokens_for, variant="hc"):
     """Autograd against central differences on one element of every HC parameter (and every
-    5th other one), as self_check.py's finite_difference_grads; then causality."""
+    5th other one), as scheme_checks.py's finite_difference_grads; then causality."""
     cfg = hyper_ref.make_config(hyper_variant=variant, hyper_n=2, n_layers=2, z_loss=1e-3)
     P32 = hyper_ref.init_params(cfg, 20, torch.float32)
     tok = tokens_for(cfg)
