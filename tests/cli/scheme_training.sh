@@ -4,7 +4,7 @@
 #   every_scheme                      prints the schemes, one a line: every scheme has its 1.3B
 #                                     config, configs/1.3b/<scheme>.yaml (other files there, such
 #                                     as hyper_dhc2.yaml, are variants: their scheme is not their
-#                                     name)
+#                                     name); fails when it finds none
 #   train_40_steps CONFIG PRECISION SCHEME...
 #                                     trains each SCHEME 40 steps of CONFIG on the built-in corpus
 #                                     in PRECISION, with the validation loss (8 batches) at steps 0
@@ -13,11 +13,15 @@
 #                                     exits 1
 
 every_scheme() {
-  local f s
+  local f s found=0
   for f in "$src"/configs/1.3b/*.yaml; do
     s=$(basename "$f" .yaml)
-    [ "$("$normlab" config --config "$f" | grep -c "^  scheme: $s\$")" -gt 0 ] && echo "$s" || true
+    if [ "$("$normlab" config --config "$f" | grep -c "^  scheme: $s\$")" -gt 0 ]; then
+      echo "$s"
+      found=$((found + 1))
+    fi
   done
+  [ $found -gt 0 ] || { echo "FAIL: no scheme config found in $src/configs/1.3b" >&2; return 1; }
 }
 
 train_40_steps() {
