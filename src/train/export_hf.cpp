@@ -79,11 +79,6 @@ std::string export_model_hf(const std::string& source, const std::string& out_di
   if (std::find(supported.begin(), supported.end(), scheme) == supported.end())
     throw ConfigError(source + ": model.scheme = " + scheme +
                       ": the Hugging Face model (modeling_normlab.py) does not implement it");
-  if (model.siamese.hyper.enabled())
-    throw ConfigError(source +
-                      ": model.siamese.hyper.n = " + std::to_string(model.siamese.hyper.n) +
-                      ": the Hugging Face model (modeling_normlab.py) does not implement "
-                      "SiameseNorm with Hyper-Connections yet");
   const int64_t max_length = m.seq_len > 0 ? m.seq_len : 2048;
   nlohmann::json config = model_keys_json(model);
   config.update({{"architectures", {"NormlabForCausalLM"}},

@@ -73,7 +73,8 @@ void olmo_check_config(const ModelConfig& cfg) {
                       "(hybrid-pre) models only");
   if (cfg.siamese.hyper.enabled())
     throw ConfigError("model.siamese.hyper.n = " + std::to_string(cfg.siamese.hyper.n) +
-                      ": the official SiameseNorm code has no Hyper-Connections");
+                      ": the official SiameseNorm code has no Hyper-Connections, so the OLMo "
+                      "format cannot hold this model; use --format normlab or --format hf");
   if (cfg.tie_embeddings)
     throw ConfigError(
         "model.tie_embeddings = true: the official SiameseNorm code's hybrid-pre model has an "

@@ -4,7 +4,8 @@
 Usage: hf_check.py CASE_DIR...   (each holds hf/ and normlab.safetensors from
 `normlab generate --temperature 0 --logits-out`, and prompt.txt)
 
-For each case: AutoTokenizer encodes the prompt to normlab's ids (EOS first), the fp32 logits
+For each case: AutoTokenizer encodes the prompt to normlab's ids (EOS first), model.safetensors
+loads with no weight missing, unexpected or of another shape, the fp32 logits
 of AutoModelForCausalLM (trust_remote_code) equal normlab's to 1e-5 relative (max |difference|
 over max |logit|), greedy generate() gives normlab's tokens, and bfloat16 loading gives finite
 logits within 5e-2 relative of fp32. Prints one line per case and exits 1 on a failure, 77 when
@@ -24,6 +25,14 @@ except ImportError as e:
     print(f"SKIP: {e}")
     sys.exit(77)
 
+# Both sides compute in float32 from the same float32 weights and differ only in their kernels'
+# order of summation (LibTorch's fused CPU ops against PyTorch's), a few units of float32
+# rounding (u = 2^-24, 6.0e-8) per operation over the tiny models' few dozen operations: 1e-5 is
+# about 170 u, above that (measured: at most 4.3e-7) and below what a changed equation does to
+# these 20-step models (SiameseNorm x 2xDHC: 4.9e-4 without the tanh, 1.7e-3 with the branch
+# input read from one stream; docs/interop.md). Models this close to their init hide some
+# changes (mHC's near-equal streams); hf_model checks every equation on random weights in fp64.
+# bfloat16 (u = 2^-8, 3.9e-3) keeps about a dozen u.
 FP32_TOL = 1e-5
 BF16_TOL = 5e-2
 
@@ -36,7 +45,12 @@ def check(case):
     ids = tok(prompt, return_tensors="pt")["input_ids"]
     if ids[0].tolist() != ref["tokens"].tolist():
         return False, f"tokenizer: {ids[0].tolist()} != normlab's {ref['tokens'].tolist()}"
-    model = AutoModelForCausalLM.from_pretrained(hf, trust_remote_code=True, dtype=torch.float32)
+    model, info = AutoModelForCausalLM.from_pretrained(hf, trust_remote_code=True, dtype=torch.float32,
+                                                       output_loading_info=True)
+    # every exported weight has its module, and every module its weight (no random init)
+    if info["missing_keys"] or info["unexpected_keys"] or info["mismatched_keys"]:
+        return False, (f"weights: missing {sorted(info['missing_keys'])}, unexpected "
+                       f"{sorted(info['unexpected_keys'])}, mismatched {info['mismatched_keys']}")
     model.eval()
     with torch.no_grad():
         logits = model(ids).logits[0]

@@ -18,7 +18,8 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLI
 
 # name | overrides: every scheme, and the switches (GQA, q/k/v norms, LayerNorm, tied
 # embeddings, DeepNorm alpha/beta, the Mix-LN split, SiameseNorm's three switches, MoE MLPs,
-# Hyper-Connections' static/dynamic, tanh, n and mHC); @FILE: configs/tiny/FILE, not lm.yaml
+# Hyper-Connections' static/dynamic, tanh, n and mHC, SiameseNorm x Hyper-Connections with DHC
+# and mHC); @FILE: configs/tiny/FILE, not lm.yaml
 cases=(
   "pre_norm|model.scheme=pre_norm model.n_kv_heads=2"
   "pre_norm_tied_ln_qkv|model.scheme=pre_norm model.tie_embeddings=true model.norm_type=layernorm model.qkv_norm=true"
@@ -39,6 +40,8 @@ cases=(
   "hyper_dhc4_notanh|@hyper_dhc2.yaml model.hyper.n=4 model.hyper.tanh=false model.tie_embeddings=true"
   "hyper_shc4|@hyper_dhc2.yaml model.hyper.n=4 model.hyper.dynamic=false model.norm_type=layernorm"
   "hyper_mhc4|@hyper_dhc2.yaml model.hyper.variant=mhc model.hyper.n=4"
+  "siamese_hybrid_hyper_dhc2|@siamese_hybrid_hyper.yaml"
+  "siamese_hyper_mhc4|model.scheme=siamese model.siamese.hyper.variant=mhc model.siamese.hyper.n=4"
 )
 prompt="And God said unto Moses, "
 dirs=()

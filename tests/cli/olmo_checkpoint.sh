@@ -89,5 +89,14 @@ expect_error "model.scheme = hyper: the official SiameseNorm code's checkpoints 
   || fail "train hyper"
 expect_error "model.scheme = hyper: .*no names for Hyper-Connections" export --format olmo \
   --checkpoint "$work/hyper" --out "$work/bad"
+# SiameseNorm x Hyper-Connections: the official code has none; refused both ways, pointing at
+# the exports that hold it
+expect_error "model.siamese.hyper.n = 2: the official SiameseNorm code has no Hyper-Connections" \
+  import --from olmo --checkpoint "$work/official" --config "$cfg" --set model.siamese.hyper.n=2 --out "$work/bad"
+"$normlab" train --config "$src/configs/tiny/siamese_hybrid_hyper.yaml" --set "data.train=$kjv/shards" \
+  --set "data.tokenizer=$kjv/tokenizer.model" --set train.steps=1 --out "$work/siamese_hyper" > /dev/null 2>&1 \
+  || fail "train siamese_hybrid x hyper"
+expect_error "model.siamese.hyper.n = 2: .*use --format normlab or --format hf" export --format olmo \
+  --checkpoint "$work/siamese_hyper" --out "$work/bad"
 [ ! -e "$work/bad" ] || fail "a failed command left $work/bad"
 echo "PASS"

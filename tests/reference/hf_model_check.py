@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """src/train/hf/modeling_normlab.py (the model of `normlab export --format hf`) against the
 independent reference (normlab_ref.py; moe_ref.py for the Mixture-of-Experts cases, hyper_ref.py
-for Hyper-Connections) in float64,
+for Hyper-Connections, siamese_hyper_ref.py for SiameseNorm x Hyper-Connections) in float64,
 for every scheme and switch, on the reference's own random weights: the logits agree to 1e-12
 relative, and a batch with left and right padding (attention_mask) gives each sequence its
 unpadded logits.
@@ -24,6 +24,7 @@ except ImportError as e:
 import normlab_ref as R  # noqa: E402
 import moe_ref  # noqa: E402
 import hyper_ref  # noqa: E402
+import siamese_hyper_ref  # noqa: E402
 
 TOL = 1e-12
 CASES = [(s, {}) for s in R.SCHEMES] + [
@@ -44,26 +45,37 @@ CASES = [(s, {}) for s in R.SCHEMES] + [
     ("hyper", dict(hyper_n=4, hyper_tanh=False, norm_type="layernorm", qkv_norm=True)),
     ("hyper", dict(hyper_n=1)),
     ("hyper", dict(hyper_variant="mhc", hyper_n=4)),
+    # SiameseNorm x Hyper-Connections (siamese_hyper_ref.py): Y as hyper-streams, non-init weights
+    ("siamese_hybrid", dict(hyper_n=2)),
+    ("siamese_hybrid", dict(hyper_n=4, hyper_dynamic=False, siamese_input_norm=False, tie_embeddings=True)),
+    ("siamese_hybrid", dict(hyper_variant="mhc", hyper_n=2, siamese_output_fusion="paper")),
+    ("siamese", dict(hyper_variant="mhc", hyper_n=4)),
+    ("siamese", dict(hyper_n=2, hyper_tanh=False, norm_type="layernorm")),
+    ("siamese", dict(hyper_n=1, siamese_depth_scale=False, siamese_output_fusion="paper")),
 ]
 
 
 def reference_of(scheme, overrides):
     if scheme == "hyper":
         return hyper_ref
+    if any(k.startswith("hyper_") for k in overrides):
+        return siamese_hyper_ref
     return moe_ref if any(k.startswith("moe_") for k in overrides) else R
 
 
 def hf_model(cfg, params):
+    hyper = {k[6:]: v for k, v in cfg.items() if k.startswith("hyper_")}
+    siamese_hyper = hyper if cfg["scheme"] in siamese_hyper_ref.SCHEMES else None
     hc = NormlabConfig(
         scheme=cfg["scheme"], vocab_size=cfg["vocab_size"], d_model=cfg["d_model"],
         n_layers=cfg["n_layers"], n_heads=cfg["n_heads"], n_kv_heads=cfg["n_kv_heads"],
         d_ff=cfg["d_ff"], rope_theta=cfg["rope_theta"], norm_eps=cfg["norm_eps"],
         norm_type=cfg["norm_type"], qkv_norm=cfg["qkv_norm"], tie_embeddings=cfg["tie_embeddings"],
         siamese=dict(depth_scale=cfg["siamese_depth_scale"], input_norm=cfg["siamese_input_norm"],
-                     output_fusion=cfg["siamese_output_fusion"]),
+                     output_fusion=cfg["siamese_output_fusion"], hyper=siamese_hyper),
         deep_norm_alpha=cfg["deep_norm_alpha"], mix_ln_post_layers=cfg["mix_ln_post_layers"],
         moe={k[4:]: v for k, v in cfg.items() if k.startswith("moe_")},
-        hyper={k[6:]: v for k, v in cfg.items() if k.startswith("hyper_")})
+        hyper=hyper if cfg["scheme"] == "hyper" else None)
     model = NormlabForCausalLM(hc).double()
     # the export's names: "model." + normlab's, the untied head as lm_head
     weights = {("lm_head.weight" if n == "head.weight" else "model." + n): t for n, t in params.items()}

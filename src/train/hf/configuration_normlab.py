@@ -22,6 +22,20 @@ SCHEMES = (
 )
 
 
+def hyper_options(hyper, key, n):
+    """The Hyper-Connections options at `key` (hyper, siamese.hyper) with their defaults (n
+    streams by default); n = 0, allowed only where the default is 0, turns them off."""
+    hyper = dict(hyper or {})
+    for name, default in (("variant", "hc"), ("n", n), ("dynamic", True), ("tanh", True)):
+        hyper.setdefault(name, default)
+    if hyper["variant"] not in ("hc", "mhc"):
+        raise ValueError(f"config.json: {key}.variant: '{hyper['variant']}' is not hc or mhc")
+    allowed = (0, 1, 2, 4, 8) if n == 0 else (1, 2, 4, 8)
+    if hyper["n"] not in allowed:
+        raise ValueError(f"config.json: {key}.n {hyper['n']} is not {', '.join(map(str, allowed[:-1]))} or 8")
+    return hyper
+
+
 class NormlabConfig(PretrainedConfig):
     model_type = "normlab"
     keys_to_ignore_at_inference = ["past_key_values"]
@@ -61,6 +75,8 @@ class NormlabConfig(PretrainedConfig):
         siamese.setdefault("output_fusion", "code")
         if siamese["output_fusion"] not in ("code", "paper"):
             raise ValueError(f"config.json: siamese.output_fusion: '{siamese['output_fusion']}' is not code or paper")
+        # SiameseNorm x Hyper-Connections: Y as siamese.hyper.n hyper-streams (0 = off)
+        siamese["hyper"] = hyper_options(siamese.get("hyper"), "siamese.hyper", 0)
         self.scheme = scheme
         self.vocab_size = vocab_size
         self.d_model = d_model
@@ -86,14 +102,7 @@ class NormlabConfig(PretrainedConfig):
             raise ValueError(f"config.json: moe.top_k {moe['top_k']} is not in [1, moe.n_experts]")
         self.moe = moe
         # Hyper-Connections (normlab's model.hyper, docs/schemes.md); read only by scheme hyper
-        hyper = dict(hyper or {})
-        for key, default in (("variant", "hc"), ("n", 2), ("dynamic", True), ("tanh", True)):
-            hyper.setdefault(key, default)
-        if hyper["variant"] not in ("hc", "mhc"):
-            raise ValueError(f"config.json: hyper.variant: '{hyper['variant']}' is not hc or mhc")
-        if hyper["n"] not in (1, 2, 4, 8):
-            raise ValueError(f"config.json: hyper.n {hyper['n']} is not 1, 2, 4 or 8")
-        self.hyper = hyper
+        self.hyper = hyper_options(hyper, "hyper", 2)
         # The usual transformers names, for tools that read them (lm-eval reads
         # max_position_embeddings). RoPE has no length limit; this is the length normlab trained at
         # or, when unknown, a default.

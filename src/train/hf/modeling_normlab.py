@@ -3,8 +3,9 @@
 Written by `normlab export --format hf` next to config.json and loaded with
 `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)`. Every normalization scheme
 of normlab (docs/schemes.md) follows the update rules of docs/paper.md, as the project's
-independent reference (tests/reference/normlab_ref.py; hyper_ref.py for Hyper-Connections)
-does; the weights keep normlab's names under `model.` (`model.blocks.0.attn.qkv.weight`), the untied head is `lm_head.weight`.
+independent reference (tests/reference/normlab_ref.py; hyper_ref.py for Hyper-Connections,
+siamese_hyper_ref.py for SiameseNorm x Hyper-Connections) does; the weights keep normlab's
+names under `model.` (`model.blocks.0.attn.qkv.weight`), the untied head is `lm_head.weight`.
 
 Norms compute in float32 (float64 for float64 weights) and return the input's dtype, as
 normlab does, so bfloat16 loading works. No KV cache: generate() recomputes the sequence for
@@ -141,9 +142,10 @@ class NormlabMoe(nn.Module):
 
 
 class NormlabHyperConnection(nn.Module):
-    """One sub-layer's Hyper-Connection (docs/schemes.md, hyper), on the state H (B, T, n, C).
-    width(H) gives the branch input h, the carried streams H' and the depth weights beta; the
-    sub-layer's new state is beta O + H' for its branch output O.
+    """One sub-layer's Hyper-Connection (docs/schemes.md, hyper), on the state H (B, T, n, C):
+    the streams of scheme hyper, or SiameseNorm's Y with siamese.hyper. width(H) gives the branch
+    input h, the carried streams H' and the depth weights beta; the sub-layer's new state is
+    beta O + H' for its branch output O (hc_sublayer).
 
     hc: alpha = [A_m | A_r] (n x (n+1)), beta (n); dynamic (DHC), with Hb = LN(H) (no gain):
     alpha = s_alpha tanh(Hb W_alpha) + static_alpha, beta = s_beta tanh(Hb W_beta) + static_beta
@@ -153,9 +155,9 @@ class NormlabHyperConnection(nn.Module):
     H_res = Sinkhorn-Knopp(exp(a_res mat(p_res) + b_res)), 20 row-then-column normalisations;
     h = sum_i H_pre[i] H_i, H'_j = sum_i H_res[j, i] H_i, beta = H_post."""
 
-    def __init__(self, config, sublayer):
+    def __init__(self, hc, config, sublayer):
         super().__init__()
-        hc, d = config.hyper, config.d_model
+        d = config.d_model
         n = self.n = hc["n"]
         self.mhc, self.tanh, self.eps = hc["variant"] == "mhc", hc["tanh"], config.norm_eps
         if self.mhc:
@@ -200,9 +202,30 @@ class NormlabHyperConnection(nn.Module):
         mix = alpha.transpose(-1, -2).to(dt) @ H
         return mix[..., 0, :], mix[..., 1:, :], beta.to(dt)
 
-    def sublayer(self, H, branch):
-        h, carry, beta = self.width(H)
-        return beta.unsqueeze(-1) * branch(h).unsqueeze(-2) + carry
+
+def hyper_copies(E, n):
+    """The entry of n hyper-streams: n copies of E (B, T, C) as (B, T, n, C)."""
+    return E.unsqueeze(-2).expand(*E.shape[:-1], n, E.shape[-1])
+
+
+def hc_sublayer(hc, Y, branch):
+    """One sub-layer around `branch` on a residual stream Y (hc None): (O, Y + O) with
+    O = branch(Y); or on hyper-streams Y (B, T, n, C) with their Hyper-Connection hc:
+    (O, beta O + H') with O = branch(h) for hc.width(Y) = h, H', beta."""
+    if hc is None:
+        O = branch(Y)
+        return O, Y + O
+    h, carry, beta = hc.width(Y)
+    O = branch(h)
+    return O, beta.unsqueeze(-1) * O.unsqueeze(-2) + carry
+
+
+def siamese_hyper(config):
+    """SiameseNorm's Hyper-Connections options (siamese.hyper), or None where Y is one stream."""
+    if config.scheme not in ("siamese", "siamese_hybrid"):
+        return None
+    hc = config.siamese.get("hyper") or {}
+    return hc if hc.get("n", 0) > 0 else None
 
 
 def deep_norm_alpha(config):
@@ -245,9 +268,10 @@ class NormlabBlock(nn.Module):
             norms = ["attn_y_norm", "mlp_norm", "mlp_y_norm"] + (["mlp_in_norm"] if siam["input_norm"] else [])
         for n in norms:
             setattr(self, n, NormlabNorm(config.d_model, config.norm_type, config.norm_eps))
-        if scheme == "hyper":
-            self.attn_hc = NormlabHyperConnection(config, 2 * layer)
-            self.mlp_hc = NormlabHyperConnection(config, 2 * layer + 1)
+        # The HC layers: of the streams (hyper) or of SiameseNorm's Y (siamese.hyper.n > 0)
+        hc = config.hyper if scheme == "hyper" else siamese_hyper(config)
+        self.attn_hc = NormlabHyperConnection(hc, config, 2 * layer) if hc else None
+        self.mlp_hc = NormlabHyperConnection(hc, config, 2 * layer + 1) if hc else None
         self.alpha = deep_norm_alpha(config)
         self.post = scheme == "post_norm" or (scheme == "mix_ln" and layer < mix_ln_post_layers(config))
         self.input_norm = siam["input_norm"]
@@ -257,8 +281,8 @@ class NormlabBlock(nn.Module):
         s = self.scheme
         a = lambda h: self.attn(h, rope, mask)  # noqa: E731
         if s == "hyper":  # X is the state H (B, T, n, C)
-            X = self.attn_hc.sublayer(X, lambda h: a(self.attn_norm(h)))
-            return self.mlp_hc.sublayer(X, lambda h: self.mlp(self.mlp_norm(h))), Y
+            X = hc_sublayer(self.attn_hc, X, lambda h: a(self.attn_norm(h)))[1]
+            return hc_sublayer(self.mlp_hc, X, lambda h: self.mlp(self.mlp_norm(h)))[1], Y
         if s in ("post_norm", "deep_norm", "mix_ln") and (self.post or s == "deep_norm"):
             alpha = self.alpha if s == "deep_norm" else 1.0
             X = self.attn_norm(alpha * X + a(X))
@@ -278,24 +302,23 @@ class NormlabBlock(nn.Module):
             X, Y = self.attn_norm(X + O), Y + O
             O = self.mlp(X)
             return self.mlp_norm(X + O), Y + O
+        # SiameseNorm: Y is one stream, or hyper-streams whose branch input h takes Y's place
         if s == "siamese":
-            for sub, branch in (("attn", a), ("mlp", self.mlp)):
-                X = getattr(self, f"{sub}_post_norm")(X)
-                H = X + getattr(self, f"{sub}_y_norm")(Y)
-                if self.input_norm:
-                    H = getattr(self, f"{sub}_in_norm")(H)
-                O = branch(H)
-                X, Y = X + O / self.c, Y + O
+            for sub, branch, hc in (("attn", a, self.attn_hc), ("mlp", self.mlp, self.mlp_hc)):
+                X, y_norm = getattr(self, f"{sub}_post_norm")(X), getattr(self, f"{sub}_y_norm")
+                # (the lambda runs inside hc_sublayer, before X, sub, y_norm change)
+                O, Y = hc_sublayer(hc, Y, lambda h: branch(self.fuse(sub, X + y_norm(h))))  # noqa: B023
+                X = X + O / self.c
             return X, Y
         # siamese_hybrid: X is a HybridNorm stream
-        A = a(self.c1 * X + self.attn_y_norm(Y))
-        X, Y = X + A / self.c, Y + A
-        Xt = self.mlp_norm(X)
-        H = Xt + self.mlp_y_norm(Y)
-        if self.input_norm:
-            H = self.mlp_in_norm(H)
-        G = self.mlp(H)
-        return Xt + G / self.c, Y + G
+        A, Y = hc_sublayer(self.attn_hc, Y, lambda h: a(self.c1 * X + self.attn_y_norm(h)))
+        Xt = self.mlp_norm(X + A / self.c)
+        G, Y = hc_sublayer(self.mlp_hc, Y, lambda h: self.mlp(self.fuse("mlp", Xt + self.mlp_y_norm(h))))
+        return Xt + G / self.c, Y
+
+    def fuse(self, sub, H):
+        """SiameseNorm's normalized input fusion N_in (siamese.input_norm) of a branch input."""
+        return getattr(self, f"{sub}_in_norm")(H) if self.input_norm else H
 
 
 class NormlabPreTrainedModel(PreTrainedModel):
@@ -357,13 +380,18 @@ class NormlabModel(NormlabPreTrainedModel):
         rope = rope_tables(position_ids, self.config.d_model // self.config.n_heads,
                            self.config.rope_theta, E.dtype)
         X, Y = E, E
-        s = self.config.scheme
-        if s == "hyper":  # n copies of the embedding; at the end the streams are summed
-            X = E.unsqueeze(-2).expand(*E.shape[:-1], self.config.hyper["n"], E.shape[-1])
+        s, siamese_hc = self.config.scheme, siamese_hyper(self.config)
+        # hyper-streams: n copies of the embedding; at the end the streams are summed
+        if s == "hyper":
+            X = hyper_copies(E, self.config.hyper["n"])
+        elif siamese_hc:
+            Y = hyper_copies(E, siamese_hc["n"])
         for block in self.blocks:
             X, Y = block(X, Y, rope, mask)
         if s == "hyper":
             return self.final_norm(X.sum(-2))
+        if siamese_hc:
+            Y = Y.sum(-2)
         if s in ("post_norm", "deep_norm"):
             return X
         if s == "resi_dual":

@@ -121,8 +121,10 @@ TEST(OlmoCheckpointTest, ErrorsNameWhatDoesNotFit) {
               std::string::npos);
   ModelConfig siamese_hyper = test::tiny_config(Scheme::SiameseHybrid);  // Y as hyper-streams
   siamese_hyper.siamese.hyper.n = 2;
-  EXPECT_NE(error_of([&] { olmo_check_config(siamese_hyper); }).find("model.siamese.hyper.n = 2"),
-            std::string::npos);
+  const std::string sh = error_of([&] { olmo_check_config(siamese_hyper); });
+  EXPECT_NE(sh.find("model.siamese.hyper.n = 2"), std::string::npos) << sh;
+  EXPECT_NE(sh.find("no Hyper-Connections"), std::string::npos) << sh;
+  EXPECT_NE(sh.find("--format hf"), std::string::npos) << sh;  // the export that holds it
   // Hyper-Connections: refused with the scheme and the reason named
   const std::string hyper = error_of([&] { olmo_check_config(test::tiny_config(Scheme::Hyper)); });
   EXPECT_NE(hyper.find("model.scheme = hyper"), std::string::npos) << hyper;
