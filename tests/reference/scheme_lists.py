@@ -22,7 +22,8 @@ LISTS = {
     "tests/reference/normlab_ref.py": ("SCHEMES", {"hyper": "tests/reference/hyper_ref.py"}),
     "src/train/hf/configuration_normlab.py": ("SCHEMES", {}),
     "tools/bench/train_bench.sh": (
-        "default", {"hyper": "tools/bench/torch_train.py has no Hyper-Connections"}),
+        "default", {"hyper": "its options (n, dynamic) are not train_bench.sh's arguments: "
+                             "tools/bench/hyper_bench.sh times it against tools/bench/torch_train.py"}),
 }
 
 
