@@ -1,7 +1,8 @@
 """The peer of `normlab train` in tools/bench/train_bench.sh: a plain PyTorch (Python) training
 loop of the same model and settings, written the way a PyTorch user writes it (nn.Module,
 F.scaled_dot_product_attention, F.rms_norm, torch.optim.AdamW with its defaults, gradient
-accumulation, clipping, the same cosine schedule), on the same token shards.
+accumulation, clipping, the linear warm-up but not the cosine decay after it: a step's time does
+not depend on its learning rate), on the same token shards.
 
 Usage: torch_train.py SHARD.bin SCHEME D_MODEL N_LAYERS N_HEADS D_FF VOCAB SEQ MICRO GLOBAL STEPS THREADS
                       [N_EXPERTS TOP_K D_EXPERT LB_WEIGHT Z_WEIGHT]
