@@ -81,22 +81,25 @@ expect_error "already holds checkpoints" import --from olmo --checkpoint "$work/
   --set "data.tokenizer=$kjv/tokenizer.model" --set model.scheme=pre_norm \
   --set train.steps=1 --out "$work/pre" > /dev/null 2>&1 || fail "train pre_norm"
 expect_error "siamese_hybrid" export --format olmo --checkpoint "$work/pre" --out "$work/bad"
+refused_both_ways() {  # refused_both_ways NAME CONFIG IMPORT_SET IMPORT_PATTERN EXPORT_PATTERN
+  # import of the official checkpoint with IMPORT_SET, and export of a 1-step run of CONFIG,
+  # each refused with its pattern
+  local name=$1 config=$2 set=$3 import_pattern=$4 export_pattern=$5
+  expect_error "$import_pattern" import --from olmo --checkpoint "$work/official" --config "$cfg" --set "$set" \
+    --out "$work/bad"
+  "$normlab" train --config "$src/configs/tiny/$config" --set "data.train=$kjv/shards" \
+    --set "data.tokenizer=$kjv/tokenizer.model" --set train.steps=1 --out "$work/$name" > /dev/null 2>&1 \
+    || fail "train $name"
+  expect_error "$export_pattern" export --format olmo --checkpoint "$work/$name" --out "$work/bad"
+}
 # Hyper-Connections: no official names, refused both ways with the scheme and the reason
-expect_error "model.scheme = hyper: the official SiameseNorm code's checkpoints have no names for Hyper-Connections" \
-  import --from olmo --checkpoint "$work/official" --config "$cfg" --set model.scheme=hyper --out "$work/bad"
-"$normlab" train --config "$src/configs/tiny/hyper_dhc2.yaml" --set "data.train=$kjv/shards" \
-  --set "data.tokenizer=$kjv/tokenizer.model" --set train.steps=1 --out "$work/hyper" > /dev/null 2>&1 \
-  || fail "train hyper"
-expect_error "model.scheme = hyper: .*no names for Hyper-Connections" export --format olmo \
-  --checkpoint "$work/hyper" --out "$work/bad"
+refused_both_ways hyper hyper_dhc2.yaml model.scheme=hyper \
+  "model.scheme = hyper: the official SiameseNorm code's checkpoints have no names for Hyper-Connections" \
+  "model.scheme = hyper: .*no names for Hyper-Connections"
 # SiameseNorm x Hyper-Connections: the official code has none; refused both ways, pointing at
 # the exports that hold it
-expect_error "model.siamese.hyper.n = 2: the official SiameseNorm code has no Hyper-Connections" \
-  import --from olmo --checkpoint "$work/official" --config "$cfg" --set model.siamese.hyper.n=2 --out "$work/bad"
-"$normlab" train --config "$src/configs/tiny/siamese_hybrid_hyper.yaml" --set "data.train=$kjv/shards" \
-  --set "data.tokenizer=$kjv/tokenizer.model" --set train.steps=1 --out "$work/siamese_hyper" > /dev/null 2>&1 \
-  || fail "train siamese_hybrid x hyper"
-expect_error "model.siamese.hyper.n = 2: .*use --format normlab or --format hf" export --format olmo \
-  --checkpoint "$work/siamese_hyper" --out "$work/bad"
+refused_both_ways siamese_hyper siamese_hybrid_hyper.yaml model.siamese.hyper.n=2 \
+  "model.siamese.hyper.n = 2: the official SiameseNorm code has no Hyper-Connections" \
+  "model.siamese.hyper.n = 2: .*use --format normlab or --format hf"
 [ ! -e "$work/bad" ] || fail "a failed command left $work/bad"
 echo "PASS"
