@@ -55,6 +55,10 @@ void visit(V& v, MoeOptions& m) {
     "weight of the load-balancing loss E * sum_e f_e P_e (mean over MoE layers)");
   v("z_loss_weight", m.z_loss_weight,
     "weight of the router z-loss mean(logsumexp(router logits)^2) (mean over MoE layers)");
+  v("dispatch", m.dispatch,
+    "how the experts run on their rows sorted by expert: loop (one GEMM pair per expert), grouped "
+    "(two grouped GEMMs for all experts; float32/bf16/fp16, d_model and d_expert multiples of 16 "
+    "bytes), auto (grouped on CUDA where possible, else loop)");
 }
 
 template <class V>

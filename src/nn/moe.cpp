@@ -1,6 +1,11 @@
 #include "normlab/nn/moe.h"
 
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
+
+#include <sstream>
+
+#include "normlab/util/error.h"
 
 namespace normlab {
 namespace {
@@ -13,23 +18,50 @@ torch::Tensor run_expert(MlpImpl& m, const torch::Tensor& rows) {
   return torch::linear(torch::silu(vg[1]) * vg[0], m.down->weight);
 }
 
+// The N*k assignments (a = token * k + j) sorted by expert: the sorted expert ids, the order
+// (assignment ids) and each one's token. Stable, so that within an expert the rows keep token
+// order (deterministic sums).
+struct Sorted {
+  torch::Tensor expert, order, token;
+};
+Sorted sort_assignments(const torch::Tensor& experts) {
+  Sorted s;
+  std::tie(s.expert, s.order) = experts.reshape({-1}).sort(
+      /*stable=*/std::optional<bool>(true), /*dim=*/0, /*descending=*/false);
+  s.token = s.order.div(experts.size(1), "floor");
+  return s;
+}
+
+// y (N, C): the outputs ys (N k, C) of the sorted assignments, weighted and summed per token.
+torch::Tensor scatter_back(int64_t N, const Sorted& s, const torch::Tensor& weights,
+                           const torch::Tensor& ys) {
+  const torch::Tensor w = weights.reshape({-1}).index_select(0, s.order).to(ys.scalar_type());
+  return torch::zeros({N, ys.size(1)}, ys.options()).index_add(0, s.token, ys * w.unsqueeze(1));
+}
+
+// The row alignment of each expert's slice in dispatch_grouped (16 rows: 16 bytes and more in
+// every dtype the grouped GEMM takes).
+constexpr int64_t kGroupRows = 16;
+
+// The dtype the experts' GEMMs run in: autocast's where it is on for the rows' device and the
+// rows are float32 (as autocast casts), else the rows' own.
+torch::ScalarType compute_dtype(const torch::Tensor& rows) {
+  const c10::DeviceType dev = rows.device().type();
+  if (rows.scalar_type() == torch::kFloat && at::autocast::is_autocast_enabled(dev))
+    return at::autocast::get_autocast_dtype(dev);
+  return rows.scalar_type();
+}
+
 }  // namespace
 
 torch::Tensor dispatch_sorted(const torch::Tensor& x, const torch::Tensor& experts,
                               const torch::Tensor& weights, int64_t n_experts,
                               const ExpertFn& expert) {
-  const int64_t k = experts.size(1);
-  const torch::Tensor flat = experts.reshape({-1});  // (N k): assignment a = token * k + j
-  // Stable, so that within an expert the rows keep token order (deterministic sums).
-  const torch::Tensor order =
-      std::get<1>(flat.sort(/*stable=*/std::optional<bool>(true), /*dim=*/0, /*descending=*/false));
-  const torch::Tensor token = order.div(k, "floor");
-  const torch::Tensor counts = torch::bincount(flat, {}, n_experts).to(torch::kCPU);
-  const torch::Tensor rows = x.index_select(0, token);  // (N k, C), grouped by expert
+  const Sorted s = sort_assignments(experts);
+  const torch::Tensor counts = torch::bincount(s.expert, {}, n_experts).to(torch::kCPU);
+  const torch::Tensor rows = x.index_select(0, s.token);  // (N k, C), grouped by expert
   const auto* c = counts.data_ptr<int64_t>();
-  // On CUDA this loop is where a grouped GEMM over the slices (torch::_grouped_mm with the
-  // offsets cumsum(counts)) would replace the E calls; the counts' copy to the host above is
-  // what sizes the slices (one synchronisation per layer).
+  // The counts' copy to the host above sizes the slices (one synchronisation per layer).
   std::vector<torch::Tensor> outs;
   outs.reserve(static_cast<size_t>(n_experts));
   int64_t offset = 0;
@@ -37,10 +69,44 @@ torch::Tensor dispatch_sorted(const torch::Tensor& x, const torch::Tensor& exper
     outs.push_back(expert(e, rows.narrow(0, offset, c[e])));
     offset += c[e];
   }
-  const torch::Tensor ys = torch::cat(outs, 0);
-  const torch::Tensor w = weights.reshape({-1}).index_select(0, order).to(ys.scalar_type());
-  return torch::zeros({x.size(0), ys.size(1)}, ys.options())
-      .index_add(0, token, ys * w.unsqueeze(1));
+  return scatter_back(x.size(0), s, weights, torch::cat(outs, 0));
+}
+
+torch::Tensor dispatch_grouped(const torch::Tensor& x, const torch::Tensor& experts,
+                               const torch::Tensor& weights, const torch::Tensor& up,
+                               const torch::Tensor& down) {
+  const Sorted s = sort_assignments(experts);
+  const int64_t E = up.size(0), M = s.expert.size(0);
+  const torch::TensorOptions ids = s.expert.options();
+  // Each expert's slice is padded with zero rows to a multiple of kGroupRows (at least one):
+  // the grouped GEMM's CUDA kernels want aligned groups, their backward reducing over them.
+  // Everything is computed on the device (no copy to the host): the padded length L is the
+  // static bound round_up(M) + E * kGroupRows, the last expert's group reaching to L, so that
+  // every row of the GEMMs belongs to a group (zero rows give zero outputs and gradients).
+  const int64_t L = (M + kGroupRows - 1) / kGroupRows * kGroupRows + E * kGroupRows;
+  const torch::Tensor ends = torch::searchsorted(s.expert, torch::arange(E, ids),
+                                                 /*out_int32=*/false, /*right=*/true);
+  const torch::Tensor counts = ends - torch::cat({ends.new_zeros({1}), ends.slice(0, 0, E - 1)});
+  const torch::Tensor padded =
+      ((counts + (kGroupRows - 1)).div(kGroupRows, "floor") * kGroupRows).clamp_min(kGroupRows);
+  const torch::Tensor padded_ends = padded.cumsum(0);
+  // Assignment i (sorted) goes to row i + (padded start - start) of its expert.
+  const torch::Tensor dest =
+      torch::arange(M, ids) + ((padded_ends - padded) - (ends - counts)).index_select(0, s.expert);
+  const torch::Tensor offs = padded_ends.to(torch::kInt);
+  offs.narrow(0, E - 1, 1).fill_(L);
+  const torch::Tensor rows =
+      torch::zeros({L, x.size(1)}, x.options()).index_copy(0, dest, x.index_select(0, s.token));
+  const std::vector<torch::Tensor> vg =
+      at::_grouped_mm(rows, up.transpose(1, 2), offs).chunk(2, -1);
+  const torch::Tensor ys = at::_grouped_mm(torch::silu(vg[1]) * vg[0], down.transpose(1, 2), offs);
+  return scatter_back(x.size(0), s, weights, ys.index_select(0, dest));
+}
+
+bool grouped_gemm_fits(torch::ScalarType dtype, int64_t C, int64_t h) {
+  if (dtype != torch::kFloat && dtype != torch::kBFloat16 && dtype != torch::kHalf) return false;
+  const int64_t per_16_bytes = 16 / static_cast<int64_t>(c10::elementSize(dtype));
+  return C % per_16_bytes == 0 && h % per_16_bytes == 0;
 }
 
 torch::Tensor dispatch_dense(const torch::Tensor& x, const torch::Tensor& experts,
@@ -58,7 +124,10 @@ torch::Tensor dispatch_dense(const torch::Tensor& x, const torch::Tensor& expert
 }
 
 MoeImpl::MoeImpl(const ModelConfig& cfg, torch::Device device)
-    : n_experts(cfg.moe.n_experts), top_k(cfg.moe.top_k), renormalize(cfg.moe.renormalize) {
+    : n_experts(cfg.moe.n_experts),
+      top_k(cfg.moe.top_k),
+      renormalize(cfg.moe.renormalize),
+      dispatch(cfg.moe.dispatch) {
   router = register_module("router", Linear(cfg.d_model, n_experts, device));
   expert_list = register_module("experts", torch::nn::ModuleList());
   for (int64_t e = 0; e < n_experts; ++e) {
@@ -93,10 +162,39 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
     last.entropy = -(r.probs * r.probs.clamp_min(1e-30).log()).sum(-1).mean();
   }
 
-  const torch::Tensor y = dispatch_sorted(
-      rows, r.experts, r.weights, n_experts,
-      [this](int64_t e, const torch::Tensor& in) { return run_expert(*experts[e], in); });
+  torch::Tensor y;
+  if (use_grouped(rows)) {
+    const torch::ScalarType dtype = compute_dtype(rows);
+    std::vector<torch::Tensor> up, down;
+    for (const Mlp& m : experts) {
+      up.push_back(m->up->weight);
+      down.push_back(m->down->weight);
+    }
+    y = dispatch_grouped(rows.to(dtype), r.experts, r.weights, torch::stack(up).to(dtype),
+                         torch::stack(down).to(dtype));
+  } else {
+    y = dispatch_sorted(
+        rows, r.experts, r.weights, n_experts,
+        [this](int64_t e, const torch::Tensor& in) { return run_expert(*experts[e], in); });
+  }
   return y.view(x.sizes());
+}
+
+bool MoeImpl::use_grouped(const torch::Tensor& rows) const {
+  if (dispatch == MoeDispatch::Loop) return false;
+  const torch::ScalarType dtype = compute_dtype(rows);
+  const int64_t C = rows.size(1), h = experts[0]->down->weight.size(1);
+  const bool fits = grouped_gemm_fits(dtype, C, h);
+  if (dispatch == MoeDispatch::Auto) return fits && rows.is_cuda();
+  if (!fits) {
+    std::ostringstream msg;
+    msg << "model.moe.dispatch = grouped: the grouped GEMM takes float32, bfloat16 or float16 "
+           "with d_model and d_expert multiples of 16 bytes; here "
+        << c10::toString(dtype) << ", d_model " << C << ", d_expert " << h
+        << " (use loop, or auto to fall back to it)";
+    throw ConfigError(msg.str());
+  }
+  return true;
 }
 
 void MoeImpl::pretty_print(std::ostream& stream) const {

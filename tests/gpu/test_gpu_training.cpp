@@ -8,6 +8,7 @@
 #include "normlab/nn/attention.h"
 #include "normlab/nn/autocast.h"
 #include "normlab/nn/model.h"
+#include "normlab/nn/moe.h"
 #include "normlab/train/optimizer.h"
 #include "normlab/train/trainer.h"
 #include "normlab/util/device.h"
@@ -165,4 +166,43 @@ TEST(GpuTraining, ChunkedLossMatchesThePlainOneUnderBf16Autocast) {
   EXPECT_NEAR(losses[1], losses[0], 1e-3 * losses[0]);
   for (const auto& [name, g] : grads[0])
     EXPECT_TRUE(test::close(grads[1].at(name), g, 3e-2)) << name;
+}
+
+// model.moe.dispatch on CUDA: the grouped GEMMs (what auto picks there) and the loop of one GEMM
+// pair per expert give the same loss, gradients and routing, in float32 and under bf16 autocast
+// (within bf16 rounding, the bound of the chunked-loss test above). One block, so that both
+// route the same rows: in a deeper model bf16 rounding could flip a later near-tie routing.
+TEST(GpuTraining, MoeGroupedDispatchMatchesTheLoop) {
+  NORMLAB_REQUIRE_CUDA();
+  ModelConfig cfg = test::tiny_config(Scheme::PreNorm);
+  cfg.n_layers = 1;
+  cfg.moe.n_experts = 4;
+  cfg.moe.top_k = 2;
+  cfg.moe.d_expert = 16;
+  torch::manual_seed(3);
+  DecoderLM model(cfg);
+  model->to(torch::kCUDA);
+  const torch::Tensor tokens = torch::randint(cfg.vocab_size, {4, 32}, torch::kLong).cuda();
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 autocast" : "float32");
+    std::vector<torch::Tensor> got[2];
+    for (const MoeDispatch d : {MoeDispatch::Loop, MoeDispatch::Grouped}) {
+      for (MoeImpl* m : moe_layers(*model)) m->dispatch = d;
+      model->zero_grad();
+      LossOutput out;
+      {
+        AutocastGuard autocast(bf16);
+        out = model->loss(tokens, tokens.roll(-1, 1));
+      }
+      out.loss.backward();
+      auto& g = got[d == MoeDispatch::Grouped];
+      g.push_back(out.loss.detach().cpu());
+      for (const auto& p : model->parameters()) g.push_back(p.grad().cpu());
+      for (MoeImpl* m : moe_layers(*model)) g.push_back(m->last.counts.cpu());
+    }
+    for (size_t i = 0; i < got[0].size(); ++i)
+      EXPECT_TRUE(test::close(got[1][i].to(torch::kDouble), got[0][i].to(torch::kDouble),
+                              bf16 ? 3e-2 : 1e-3))
+          << i;
+  }
 }

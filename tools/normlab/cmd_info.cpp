@@ -68,7 +68,13 @@ int run_info(const InfoOptions& o) {
                                          std::to_string(2 * m.moe.every) + ", ...")
               << "; token choice, dropless (no capacity factor, no token dropped)\n"
               << "            aux losses: " << m.moe.lb_loss_weight << " x load balance + "
-              << m.moe.z_loss_weight << " x router z-loss\n";
+              << m.moe.z_loss_weight << " x router z-loss\n"
+              << "            dispatch: " << enum_name(m.moe.dispatch)
+              << (m.moe.dispatch == MoeDispatch::Loop ? " (one GEMM pair per expert)"
+                  : m.moe.dispatch == MoeDispatch::Grouped
+                      ? " (two grouped GEMMs for all experts)"
+                      : " (grouped GEMMs on CUDA where they fit, else one GEMM pair per expert)")
+              << "\n";
   std::cout << "\n";
 
   std::cout << "parameters            " << grouped(c.total) << "  ("

@@ -17,6 +17,7 @@ enum class InitMethod { Mitchell, Normal, Megatron };
 enum class OutputFusion { Code, Paper };
 enum class HyperOutStd { One, SqrtN };
 enum class HyperVariant { Hc, Mhc };
+enum class MoeDispatch { Auto, Loop, Grouped };
 
 // clang-format off
 template <> struct EnumNames<NormType> {
@@ -31,6 +32,10 @@ template <> struct EnumNames<OutputFusion> {
 };
 template <> struct EnumNames<HyperVariant> {
   static constexpr NameRow<HyperVariant> rows[] = {{HyperVariant::Hc, "hc"}, {HyperVariant::Mhc, "mhc"}};
+};
+template <> struct EnumNames<MoeDispatch> {
+  static constexpr NameRow<MoeDispatch> rows[] = {
+    {MoeDispatch::Auto, "auto"}, {MoeDispatch::Loop, "loop"}, {MoeDispatch::Grouped, "grouped"}};
 };
 template <> struct EnumNames<HyperOutStd> {
   static constexpr NameRow<HyperOutStd> rows[] = {{HyperOutStd::One, "1"}, {HyperOutStd::SqrtN, "sqrt_n"}};
@@ -77,6 +82,9 @@ struct MoeOptions {
   int64_t every = 1;
   double lb_loss_weight = 0.01;
   double z_loss_weight = 0.001;
+  // How the experts run on their sorted rows (moe.h): a loop of one GEMM pair per expert, or
+  // two grouped GEMMs for all experts; auto = grouped on CUDA where the dtype and widths allow.
+  MoeDispatch dispatch = MoeDispatch::Auto;
 
   bool enabled() const { return n_experts > 0; }
 };

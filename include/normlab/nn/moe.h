@@ -8,9 +8,11 @@
 //   load balance  lb = E * sum_e f_e * P_e,  f_e = share of the N*top_k assignments routed to e
 //                 (no gradient), P_e = mean over tokens of p_e; 1 when perfectly balanced
 //   router z-loss z  = mean over tokens of logsumexp(logits)^2
-// Dispatch (dispatch_sorted): the N*top_k assignments are sorted by expert, each expert runs
-// once on its contiguous slice of rows, and the outputs are scattered back with their weights;
-// autograd runs through the same gather, matmuls and index_add. Parameter names:
+// Dispatch: the N*top_k assignments are sorted by expert, each expert runs once on its
+// contiguous slice of rows, and the outputs are scattered back with their weights; autograd runs
+// through the same gather, matmuls and index_add. The experts run either as a loop of one GEMM
+// pair per expert (dispatch_sorted) or as two grouped GEMMs over all of them (dispatch_grouped);
+// model.moe.dispatch chooses (auto: grouped on CUDA where it fits). Parameter names:
 // router.weight (E, C), experts.<e>.up.weight (2 d_expert, C), experts.<e>.down.weight.
 #pragma once
 
@@ -52,6 +54,18 @@ torch::Tensor dispatch_sorted(const torch::Tensor& x, const torch::Tensor& exper
                               const torch::Tensor& weights, int64_t n_experts,
                               const ExpertFn& expert);
 
+/// The same sum with every expert's SwiGLU (up (E, 2h, C), down (E, C, h), stacked) as two
+/// grouped GEMMs (at::_grouped_mm) over the sorted rows: one call per matrix for all experts,
+/// the slices given by offsets computed on the rows' device (no copy to the host). x, up and
+/// down in one dtype, which grouped_gemm_fits.
+torch::Tensor dispatch_grouped(const torch::Tensor& x, const torch::Tensor& experts,
+                               const torch::Tensor& weights, const torch::Tensor& up,
+                               const torch::Tensor& down);
+
+/// Whether at::_grouped_mm takes rows of C and h elements in `dtype`: float32, bfloat16 or
+/// float16, with C and h elements both multiples of 16 bytes (its stride rule).
+bool grouped_gemm_fits(torch::ScalarType dtype, int64_t C, int64_t h);
+
 /// The same sum computed densely: every expert on every row, weighted by a (N, E) matrix that
 /// is zero outside each row's top_k. Slow (E times the work); the tests' reference.
 torch::Tensor dispatch_dense(const torch::Tensor& x, const torch::Tensor& experts,
@@ -67,10 +81,16 @@ class MoeImpl : public torch::nn::Module {
 
   int64_t n_experts, top_k;
   bool renormalize;
+  MoeDispatch dispatch;
   Linear router{nullptr};    // (E, C)
   std::vector<Mlp> experts;  // registered as experts.<e>
   torch::nn::ModuleList expert_list{nullptr};
   RouterStats last;  // of the last forward
+
+ private:
+  // model.moe.dispatch for these rows: whether the grouped GEMMs run (throws ConfigError where
+  // grouped is asked for and does not fit the dtype or widths).
+  bool use_grouped(const torch::Tensor& rows) const;
 };
 TORCH_MODULE(Moe);
 

@@ -83,6 +83,101 @@ TEST(Moe, SortedDispatchEqualsDensePerExpertSum) {
   EXPECT_GT(test::max_rel_error(swapped, yd), 1e-2);
 }
 
+// The grouped dispatch (two grouped GEMMs over the stacked expert weights, each expert's slice
+// padded to an aligned group of zero rows) equals the loop of the sorted dispatch: outputs and
+// the gradients of the input, the routing weights and every expert matrix, in float32 (the
+// grouped GEMM takes no float64). 37 tokens x top-2 over experts {0, 1, 3} give slices of about
+// 25 rows, across a padding boundary; expert 2 gets none (zero gradient). Both sides form each
+// element from the same products of C or h terms, summed perhaps in another order: float32
+// rounding of n u with u = 6e-8 and n <= 24, under 2e-6 of the largest terms; 2e-5 allows ten
+// times that, and a swapped pair of weights or a row read from the padding moves it by O(1).
+TEST(Moe, GroupedDispatchEqualsTheLoop) {
+  torch::manual_seed(4);
+  const int64_t N = 37, C = 8, H = 12, E = 4, k = 2;
+  Experts ex;
+  for (int64_t e = 0; e < E; ++e) {
+    ex.up.push_back(torch::randn({2 * H, C}).requires_grad_(true));
+    ex.down.push_back(torch::randn({C, H}).requires_grad_(true));
+  }
+  const torch::Tensor x = torch::randn({N, C}).requires_grad_(true);
+  const torch::Tensor choice = torch::tensor({0, 1, 3}, torch::kLong);
+  const torch::Tensor first = torch::randint(3, {N}, torch::kLong);
+  const torch::Tensor idx =
+      torch::stack({choice.index_select(0, first), choice.index_select(0, (first + 1) % 3)}, 1);
+  const torch::Tensor w = torch::rand({N, k}).requires_grad_(true);
+  const torch::Tensor probe = torch::randn({N, C});
+
+  const auto grads_of = [&](const torch::Tensor& y) {
+    std::vector<torch::Tensor> wrt{x, w};
+    for (int64_t e = 0; e < E; ++e) {
+      wrt.push_back(ex.up[e]);
+      wrt.push_back(ex.down[e]);
+    }
+    return torch::autograd::grad({(y * probe).sum()}, wrt, {}, /*retain_graph=*/false,
+                                 /*create_graph=*/false, /*allow_unused=*/true);
+  };
+  const ExpertFn fn = [&](int64_t e, const torch::Tensor& rows) { return ex.run(e, rows); };
+  const auto grouped = [&](const torch::Tensor& weights) {
+    return dispatch_grouped(x, idx, weights, torch::stack(ex.up), torch::stack(ex.down));
+  };
+  const torch::Tensor yl = dispatch_sorted(x, idx, w, E, fn);
+  EXPECT_TRUE(test::close(grouped(w), yl, 2e-5));
+  const auto gg = grads_of(grouped(w));
+  const auto gl = grads_of(dispatch_sorted(x, idx, w, E, fn));
+  ASSERT_EQ(gg.size(), gl.size());
+  for (size_t i = 0; i < gg.size(); ++i) {
+    ASSERT_TRUE(gg[i].defined()) << "gradient " << i << " of the grouped dispatch is undefined";
+    if (i == 2 + 2 * 2 || i == 3 + 2 * 2) {  // expert 2: no token, zero gradient
+      EXPECT_EQ(gg[i].abs().max().item<double>(), 0.0) << i;
+      continue;
+    }
+    EXPECT_TRUE(test::close(gg[i], gl[i], 2e-5)) << "gradient " << i;
+  }
+  EXPECT_GT(test::max_rel_error(grouped(w.flip(1)), yl), 1e-2);
+}
+
+// model.moe.dispatch: grouped and loop train the same model (float32: the loss and every
+// parameter's gradient within the rounding bound above, the same routing counts); auto is the
+// loop on the CPU, also in float64; grouped in float64 is refused, naming the key.
+TEST(Moe, DispatchChoiceKeepsTheModel) {
+  ModelConfig cfg = moe_config(Scheme::SiameseHybrid, 4, 2, false);
+  torch::manual_seed(8);
+  DecoderLM model(cfg);
+  const torch::Tensor tokens = torch::randint(cfg.vocab_size, {3, 11}, torch::kLong);
+  const auto run = [&](MoeDispatch d) {
+    for (MoeImpl* m : moe_layers(*model)) m->dispatch = d;
+    model->zero_grad();
+    const LossOutput out = model->loss(tokens, tokens.roll(-1, 1));
+    out.loss.backward();
+    std::vector<torch::Tensor> grads{out.loss.detach()};
+    for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
+    for (MoeImpl* m : moe_layers(*model)) grads.push_back(m->last.counts);
+    return grads;
+  };
+  const auto loop = run(MoeDispatch::Loop);
+  const auto grouped = run(MoeDispatch::Grouped);
+  ASSERT_EQ(loop.size(), grouped.size());
+  for (size_t i = 0; i < loop.size(); ++i) {
+    if (loop[i].scalar_type() == torch::kLong)
+      EXPECT_TRUE(torch::equal(grouped[i], loop[i])) << "routing counts " << i;
+    else
+      EXPECT_TRUE(test::close(grouped[i], loop[i], 2e-5)) << "loss or gradient " << i;
+  }
+  const auto automatic = run(MoeDispatch::Auto);
+  for (size_t i = 0; i < loop.size(); ++i) EXPECT_TRUE(torch::equal(automatic[i], loop[i])) << i;
+
+  model->to(torch::kDouble);
+  EXPECT_NO_THROW(run(MoeDispatch::Auto));
+  try {
+    run(MoeDispatch::Grouped);
+    ADD_FAILURE() << "grouped dispatch in float64 was not refused";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.moe.dispatch = grouped"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("Double"), std::string::npos) << e.what();
+  }
+}
+
 // A zero router gives every expert probability 1/E: then P_e = 1/E, so the load-balancing loss
 // E * sum_e f_e P_e = sum_e f_e = 1 whatever the top-k picks, and the z-loss is (log E)^2 exactly
 // (logsumexp of E zeros). Both follow from the definitions alone.
