@@ -16,12 +16,12 @@ rc=0
 OUT=$work PYTHON=$python NORMLAB_BENCH_DEVICE=cpu "$src/tools/gpu/session.sh" --pack "$pack" || rc=$?
 cat "$work/steps.tsv"
 [ $rc -eq 0 ] || fail "session.sh exited $rc"
-for s in probe binaries gpu_tests memcheck kernels bench fsdp compile; do
+for s in probe binaries gpu_tests memcheck kernels bench fsdp moe compile; do
   grep -q "^$s	" "$work/steps.tsv" || fail "step $s is missing from steps.tsv"
   grep -Eq "\] $s: (ok|skipped.*|failed.*|timed out.*) in [0-9]+ s$" "$work/session.log" \
     || fail "session.log shows no status and time for step $s"
 done
-for s in probe binaries bench fsdp compile; do
+for s in probe binaries bench fsdp moe compile; do
   grep -q "^$s	ok	" "$work/steps.tsv" || fail "step $s did not pass"
 done
 for s in gpu_tests memcheck kernels; do
@@ -33,5 +33,6 @@ for row in "pre_norm	normlab	ok" "pre_norm	PyTorch eager	ok" "siamese_hybrid	nor
 done
 grep -q "normlab / PyTorch eager (siamese_hybrid)" "$work/results.md" || fail "results.md has no ratio"
 grep -q "all finite" "$work"/*-fsdp.log || fail "the FSDP step did not report finite losses"
-ls "$work"/0[1-8]-*.log >/dev/null || fail "no per-step logs"
+grep -q "grouped / loop step time" "$work"/*-moe.log || fail "the MoE step printed no ratio"
+ls "$work"/0[1-9]-*.log >/dev/null || fail "no per-step logs"
 echo "PASS"

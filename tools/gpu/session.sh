@@ -11,7 +11,9 @@
 #   6 fsdp      the single-rank NCCL FSDP run of configs/1.3b/siamese_hybrid.yaml, 20 steps,
 #               started without torchrun (RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1) and
 #               with a 60 s communication timeout
-#   7 compile   the reference under torch.compile for pre_norm, only if time is left
+#   7 moe       the MoE dispatch, loop against grouped GEMMs, on configs/moe/olmoe_1b7b.yaml cut
+#               to 2 blocks (tools/gpu/moe_dispatch.sh), only if time is left
+#   8 compile   the reference under torch.compile for pre_norm, only if time is left
 # Each step has its own time limit (cut to what is left of the budget); a failed or timed-out
 # step is reported and the session goes on. Every step writes its log into the output folder
 # as it runs (NN-name.log); steps.tsv and the last lines printed list each step's status and
@@ -179,7 +181,23 @@ fsdp() {
 export -f fsdp
 step fsdp 150 fsdp
 
-# ---- 7. torch.compile for pre_norm, if time is left ---------------------------------------------
+# ---- 7. the MoE dispatch, loop against grouped GEMMs, if time is left -----------------------------
+moe() {
+  if [ "$device" = cpu ]; then
+    "$root/tools/gpu/moe_dispatch.sh" "$normlab" "$data" "$out/moe-runs" 2 4 2 "$python"
+  else
+    "$root/tools/gpu/moe_dispatch.sh" "$normlab" "$data" "$out/moe-runs" 4 12 2 "$python"
+  fi
+}
+export -f moe
+if [ $((budget - reserve - SECONDS)) -ge 90 ]; then
+  step moe 120 moe
+else
+  say "moe: skipped ($((budget - reserve - SECONDS)) s left, needs 90)"
+  printf 'moe\tskipped (no time)\t0\n' >> "$out/steps.tsv"
+fi
+
+# ---- 8. torch.compile for pre_norm, if time is left ---------------------------------------------
 if [ $((budget - reserve - SECONDS)) -ge 90 ]; then
   export NORMLAB_BENCH_TIMEOUT=$((budget - reserve - SECONDS - 5))
   step compile 400 "$root/tools/bench/gpu_bench.sh" "$normlab" "$data" pre_norm $micro $steps $warmup compile "$python"
