@@ -3,7 +3,9 @@
 # Open MPI on CPU, against one process with the same global batch: W = 2 and W = 3 (uneven
 # shards) give the same cross-entropy and the same load-balancing loss at every step, within the
 # dense FSDP test's 1e-5 relative (tests/distributed/fsdp.sh: sums over the batch run in another
-# order on W ranks, float32); so does W = 2 with activation checkpointing of every block.
+# order on W ranks, float32); so do W = 2 with activation checkpointing of every block and W = 2
+# with the grouped dispatch (model.moe.dispatch = grouped: the experts' weights, gathered per
+# unit, stacked for the grouped GEMMs).
 # Routing is discrete: a token whose top-2 is decided by a margin below that rounding would
 # change experts and move the loss by far more, which these runs do not show.
 # Usage: fsdp_moe.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR (run by CTest, label dist)
@@ -21,6 +23,8 @@ for w in 2 3; do
 done
 "${mpi[@]}" -n 2 "$normlab" train "${args[@]}" --set train.activation_checkpointing=block \
   --out "$work/w2-recompute" > "$work/w2-rc.out" 2>&1 || { cat "$work/w2-rc.out"; echo "FAIL: W=2 recompute"; exit 1; }
+"${mpi[@]}" -n 2 "$normlab" train "${args[@]}" --set model.moe.dispatch=grouped \
+  --out "$work/w2-grouped" > "$work/w2-gr.out" 2>&1 || { cat "$work/w2-gr.out"; echo "FAIL: W=2 grouped"; exit 1; }
 "$python" - "$work" <<'PY'
 import json, sys
 work = sys.argv[1]
@@ -28,7 +32,7 @@ def lines(run):
     return [json.loads(l) for l in open(f"{work}/{run}/metrics.jsonl")]
 ref = lines("w1")
 assert len(ref) == 12 and all("moe_lb_loss" in l for l in ref), ref[:1]
-for run in ("w2", "w3", "w2-recompute"):
+for run in ("w2", "w3", "w2-recompute", "w2-grouped"):
     got = lines(run)
     assert len(got) == 12, (run, len(got))
     for key in ("loss", "moe_lb_loss", "moe_router_z_loss"):
