@@ -21,12 +21,55 @@ ModelConfig moe_config(Scheme scheme, int64_t experts, int64_t top_k, bool renor
   return c;
 }
 
-// Random expert weights (SwiGLU up (2h, C) and down (C, h) per expert) in float64.
-struct Experts {
+// A routing problem: random expert weights (SwiGLU up (2h, C) and down (C, h) per expert, E = 4),
+// N token rows x each routed to two distinct experts of {0, 1, 3} with random weights (expert 2
+// gets no token), and a probe for the gradients of sum(y * probe).
+struct Routed {
+  static constexpr int64_t E = 4, k = 2;
   std::vector<torch::Tensor> up, down;
-  torch::Tensor run(int64_t e, const torch::Tensor& rows) const {
-    const auto vg = torch::matmul(rows, up[e].t()).chunk(2, -1);
-    return torch::matmul(torch::silu(vg[1]) * vg[0], down[e].t());
+  torch::Tensor x, idx, w, probe;
+
+  Routed(int64_t N, int64_t C, int64_t H, torch::Dtype dtype) {
+    const auto opts = torch::TensorOptions().dtype(dtype);
+    for (int64_t e = 0; e < E; ++e) {
+      up.push_back(torch::randn({2 * H, C}, opts).requires_grad_(true));
+      down.push_back(torch::randn({C, H}, opts).requires_grad_(true));
+    }
+    x = torch::randn({N, C}, opts).requires_grad_(true);
+    const torch::Tensor choice = torch::tensor({0, 1, 3}, torch::kLong);
+    const torch::Tensor first = torch::randint(3, {N}, torch::kLong);
+    idx = torch::stack({choice.index_select(0, first), choice.index_select(0, (first + 1) % 3)}, 1);
+    w = torch::rand({N, k}, opts).requires_grad_(true);
+    probe = torch::randn({N, C}, opts);
+  }
+  ExpertFn fn() const {
+    return [this](int64_t e, const torch::Tensor& rows) {
+      const auto vg = torch::matmul(rows, up[e].t()).chunk(2, -1);
+      return torch::matmul(torch::silu(vg[1]) * vg[0], down[e].t());
+    };
+  }
+  // d sum(y * probe) / d (x, w, up_0, down_0, ..., up_3, down_3).
+  std::vector<torch::Tensor> grads_of(const torch::Tensor& y) const {
+    std::vector<torch::Tensor> wrt{x, w};
+    for (int64_t e = 0; e < E; ++e) {
+      wrt.push_back(up[e]);
+      wrt.push_back(down[e]);
+    }
+    return torch::autograd::grad({(y * probe).sum()}, wrt, {}, /*retain_graph=*/false,
+                                 /*create_graph=*/false, /*allow_unused=*/true);
+  }
+  // EXPECTs y's gradients within `tol` of y_ref's, expert 2's defined and exactly zero.
+  void expect_same_gradients(const torch::Tensor& y, const torch::Tensor& y_ref, double tol) const {
+    const auto g = grads_of(y), g_ref = grads_of(y_ref);
+    ASSERT_EQ(g.size(), g_ref.size());
+    for (size_t i = 0; i < g.size(); ++i) {
+      ASSERT_TRUE(g[i].defined()) << "gradient " << i << " is undefined";
+      if (i == 2 + 2 * 2 || i == 3 + 2 * 2) {  // expert 2: no token, zero gradient
+        EXPECT_EQ(g[i].abs().max().item<double>(), 0.0) << i;
+        continue;
+      }
+      EXPECT_TRUE(test::close(g[i], g_ref[i], tol)) << "gradient " << i;
+    }
   }
 };
 
@@ -38,49 +81,15 @@ struct Experts {
 // thousands of times that rounding, and a wrong row or weight moves the result by O(1)).
 TEST(Moe, SortedDispatchEqualsDensePerExpertSum) {
   torch::manual_seed(3);
-  const int64_t N = 13, C = 6, H = 5, E = 4, k = 2;
-  const auto opts = torch::TensorOptions().dtype(torch::kDouble);
-  Experts ex;
-  for (int64_t e = 0; e < E; ++e) {
-    ex.up.push_back(torch::randn({2 * H, C}, opts).requires_grad_(true));
-    ex.down.push_back(torch::randn({C, H}, opts).requires_grad_(true));
-  }
-  const torch::Tensor x = torch::randn({N, C}, opts).requires_grad_(true);
-  // Each token's two distinct experts from {0, 1, 3}; expert 2 gets none.
-  const torch::Tensor choice = torch::tensor({0, 1, 3}, torch::kLong);
-  const torch::Tensor first = torch::randint(3, {N}, torch::kLong);
-  const torch::Tensor idx =
-      torch::stack({choice.index_select(0, first), choice.index_select(0, (first + 1) % 3)}, 1);
-  const torch::Tensor w = torch::rand({N, k}, opts).requires_grad_(true);
-  const torch::Tensor probe = torch::randn({N, C}, opts);
-
-  const auto grads_of = [&](const torch::Tensor& y) {
-    std::vector<torch::Tensor> wrt{x, w};
-    for (int64_t e = 0; e < E; ++e) {
-      wrt.push_back(ex.up[e]);
-      wrt.push_back(ex.down[e]);
-    }
-    return torch::autograd::grad({(y * probe).sum()}, wrt, {}, /*retain_graph=*/false,
-                                 /*create_graph=*/false, /*allow_unused=*/true);
+  const Routed r(13, 6, 5, torch::kDouble);
+  const auto sorted = [&](const torch::Tensor& w) {
+    return dispatch_sorted(r.x, r.idx, w, r.E, r.fn());
   };
-  const ExpertFn fn = [&](int64_t e, const torch::Tensor& rows) { return ex.run(e, rows); };
-  const torch::Tensor ys = dispatch_sorted(x, idx, w, E, fn);
-  const torch::Tensor yd = dispatch_dense(x, idx, w, E, fn);
-  EXPECT_TRUE(test::close(ys, yd, 1e-12));
-  const auto gs = grads_of(dispatch_sorted(x, idx, w, E, fn));
-  const auto gd = grads_of(dispatch_dense(x, idx, w, E, fn));
-  ASSERT_EQ(gs.size(), gd.size());
-  for (size_t i = 0; i < gs.size(); ++i) {
-    ASSERT_TRUE(gs[i].defined()) << "gradient " << i << " of the sorted dispatch is undefined";
-    if (i == 2 + 2 * 2 || i == 3 + 2 * 2) {  // expert 2: no token, zero gradient
-      EXPECT_EQ(gs[i].abs().max().item<double>(), 0.0) << i;
-      continue;
-    }
-    EXPECT_TRUE(test::close(gs[i], gd[i], 1e-12)) << "gradient " << i;
-  }
+  const torch::Tensor yd = dispatch_dense(r.x, r.idx, r.w, r.E, r.fn());
+  EXPECT_TRUE(test::close(sorted(r.w), yd, 1e-12));
+  r.expect_same_gradients(sorted(r.w), dispatch_dense(r.x, r.idx, r.w, r.E, r.fn()), 1e-12);
   // The check can fail: swapping the two weights of every token moves the output by O(1).
-  const torch::Tensor swapped = dispatch_sorted(x, idx, w.flip(1), E, fn);
-  EXPECT_GT(test::max_rel_error(swapped, yd), 1e-2);
+  EXPECT_GT(test::max_rel_error(sorted(r.w.flip(1)), yd), 1e-2);
 }
 
 // The grouped dispatch (two grouped GEMMs over the stacked expert weights, each expert's slice
@@ -93,47 +102,14 @@ TEST(Moe, SortedDispatchEqualsDensePerExpertSum) {
 // times that, and a swapped pair of weights or a row read from the padding moves it by O(1).
 TEST(Moe, GroupedDispatchEqualsTheLoop) {
   torch::manual_seed(4);
-  const int64_t N = 37, C = 8, H = 12, E = 4, k = 2;
-  Experts ex;
-  for (int64_t e = 0; e < E; ++e) {
-    ex.up.push_back(torch::randn({2 * H, C}).requires_grad_(true));
-    ex.down.push_back(torch::randn({C, H}).requires_grad_(true));
-  }
-  const torch::Tensor x = torch::randn({N, C}).requires_grad_(true);
-  const torch::Tensor choice = torch::tensor({0, 1, 3}, torch::kLong);
-  const torch::Tensor first = torch::randint(3, {N}, torch::kLong);
-  const torch::Tensor idx =
-      torch::stack({choice.index_select(0, first), choice.index_select(0, (first + 1) % 3)}, 1);
-  const torch::Tensor w = torch::rand({N, k}).requires_grad_(true);
-  const torch::Tensor probe = torch::randn({N, C});
-
-  const auto grads_of = [&](const torch::Tensor& y) {
-    std::vector<torch::Tensor> wrt{x, w};
-    for (int64_t e = 0; e < E; ++e) {
-      wrt.push_back(ex.up[e]);
-      wrt.push_back(ex.down[e]);
-    }
-    return torch::autograd::grad({(y * probe).sum()}, wrt, {}, /*retain_graph=*/false,
-                                 /*create_graph=*/false, /*allow_unused=*/true);
+  const Routed r(37, 8, 12, torch::kFloat);
+  const auto grouped = [&](const torch::Tensor& w) {
+    return dispatch_grouped(r.x, r.idx, w, torch::stack(r.up), torch::stack(r.down));
   };
-  const ExpertFn fn = [&](int64_t e, const torch::Tensor& rows) { return ex.run(e, rows); };
-  const auto grouped = [&](const torch::Tensor& weights) {
-    return dispatch_grouped(x, idx, weights, torch::stack(ex.up), torch::stack(ex.down));
-  };
-  const torch::Tensor yl = dispatch_sorted(x, idx, w, E, fn);
-  EXPECT_TRUE(test::close(grouped(w), yl, 2e-5));
-  const auto gg = grads_of(grouped(w));
-  const auto gl = grads_of(dispatch_sorted(x, idx, w, E, fn));
-  ASSERT_EQ(gg.size(), gl.size());
-  for (size_t i = 0; i < gg.size(); ++i) {
-    ASSERT_TRUE(gg[i].defined()) << "gradient " << i << " of the grouped dispatch is undefined";
-    if (i == 2 + 2 * 2 || i == 3 + 2 * 2) {  // expert 2: no token, zero gradient
-      EXPECT_EQ(gg[i].abs().max().item<double>(), 0.0) << i;
-      continue;
-    }
-    EXPECT_TRUE(test::close(gg[i], gl[i], 2e-5)) << "gradient " << i;
-  }
-  EXPECT_GT(test::max_rel_error(grouped(w.flip(1)), yl), 1e-2);
+  const torch::Tensor yl = dispatch_sorted(r.x, r.idx, r.w, r.E, r.fn());
+  EXPECT_TRUE(test::close(grouped(r.w), yl, 2e-5));
+  r.expect_same_gradients(grouped(r.w), dispatch_sorted(r.x, r.idx, r.w, r.E, r.fn()), 2e-5);
+  EXPECT_GT(test::max_rel_error(grouped(r.w.flip(1)), yl), 1e-2);
 }
 
 // model.moe.dispatch: grouped and loop train the same model (float32: the loss and every
