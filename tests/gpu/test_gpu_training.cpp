@@ -49,60 +49,55 @@ TEST(GpuTraining, CudaForwardMatchesCpuInFp32) {
   }
 }
 
+namespace {
+
+// Runs `c` on CUDA in fp32 and under bf16 autocast: the residual stream the forward reports as
+// `stream` (shape B, T, n, d) stays fp32 under autocast, and the logits stay within bf16
+// precision of the fp32 model's.
+void expect_stream_fp32_under_bf16_autocast(const ModelConfig& c, std::string_view stream) {
+  torch::manual_seed(3);
+  DecoderLM m(c);
+  m->to(torch::kCUDA);
+  torch::NoGradGuard g;
+  const torch::Tensor tokens = torch::randint(32, {2, 12}, torch::kLong).cuda();
+  const torch::Tensor fp32 = m->forward(tokens);
+  torch::Tensor state, bf16;
+  {
+    AutocastGuard autocast(true);
+    bf16 = m->forward(tokens, [&](std::string_view name, int64_t, const torch::Tensor& t) {
+      if (name == stream) state = t;
+    });
+  }
+  ASSERT_TRUE(state.defined()) << stream;
+  EXPECT_EQ(state.dim(), 4);
+  EXPECT_EQ(state.scalar_type(), torch::kFloat);
+  EXPECT_TRUE(test::close(bf16.to(torch::kFloat).cpu(), fp32.cpu(), 5e-2));
+}
+
+}  // namespace
+
 // Hyper-Connections mix their streams outside autocast: under bf16 autocast the n residual
-// streams stay fp32 (the branches run in bf16), and the logits stay within bf16 precision of the
-// fp32 model's.
+// streams stay fp32 (the branches run in bf16).
 TEST(GpuTraining, HyperKeepsItsStreamsFp32UnderBf16Autocast) {
   NORMLAB_REQUIRE_CUDA();
   for (const HyperVariant v : {HyperVariant::Hc, HyperVariant::Mhc}) {
+    SCOPED_TRACE(enum_name(v));
     ModelConfig c = test::tiny_config(Scheme::Hyper);
     c.hyper.n = 4;
     c.hyper.variant = v;
-    torch::manual_seed(3);
-    DecoderLM m(c);
-    m->to(torch::kCUDA);
-    torch::NoGradGuard g;
-    const torch::Tensor tokens = torch::randint(32, {2, 12}, torch::kLong).cuda();
-    const torch::Tensor fp32 = m->forward(tokens);
-    torch::Tensor state, bf16;
-    {
-      AutocastGuard autocast(true);
-      bf16 = m->forward(tokens, [&](std::string_view name, int64_t, const torch::Tensor& t) {
-        if (name == "x") state = t;
-      });
-    }
-    ASSERT_TRUE(state.defined());
-    EXPECT_EQ(state.dim(), 4);
-    EXPECT_EQ(state.scalar_type(), torch::kFloat) << enum_name(v);
-    EXPECT_TRUE(test::close(bf16.to(torch::kFloat).cpu(), fp32.cpu(), 5e-2)) << enum_name(v);
+    expect_stream_fp32_under_bf16_autocast(c, "x");
   }
 }
 
-// SiameseNorm x Hyper-Connections: Y's n hyper-streams are mixed outside autocast too, so under
-// bf16 autocast they stay fp32, and the logits within bf16 precision of the fp32 model's.
+// SiameseNorm x Hyper-Connections: Y's n hyper-streams are mixed outside autocast too.
 TEST(GpuTraining, SiameseHyperKeepsItsYStreamsFp32UnderBf16Autocast) {
   NORMLAB_REQUIRE_CUDA();
   for (const HyperVariant v : {HyperVariant::Hc, HyperVariant::Mhc}) {
+    SCOPED_TRACE(enum_name(v));
     ModelConfig c = test::tiny_config(Scheme::SiameseHybrid);
     c.siamese.hyper.n = 4;
     c.siamese.hyper.variant = v;
-    torch::manual_seed(3);
-    DecoderLM m(c);
-    m->to(torch::kCUDA);
-    torch::NoGradGuard g;
-    const torch::Tensor tokens = torch::randint(32, {2, 12}, torch::kLong).cuda();
-    const torch::Tensor fp32 = m->forward(tokens);
-    torch::Tensor y, bf16;
-    {
-      AutocastGuard autocast(true);
-      bf16 = m->forward(tokens, [&](std::string_view name, int64_t, const torch::Tensor& t) {
-        if (name == "y") y = t;
-      });
-    }
-    ASSERT_TRUE(y.defined());
-    EXPECT_EQ(y.dim(), 4);
-    EXPECT_EQ(y.scalar_type(), torch::kFloat) << enum_name(v);
-    EXPECT_TRUE(test::close(bf16.to(torch::kFloat).cpu(), fp32.cpu(), 5e-2)) << enum_name(v);
+    expect_stream_fp32_under_bf16_autocast(c, "y");
   }
 }
 
