@@ -27,6 +27,15 @@ ModelConfig tiny_config(Scheme scheme) {
   return c;
 }
 
+LossAndGrads loss_and_grads(DecoderLM& m, const torch::Tensor& tokens) {
+  m->zero_grad();
+  const LossOutput out = m->loss(tokens, tokens.roll(-1, 1));
+  out.loss.backward();
+  LossAndGrads r{out.loss.item<double>(), out.logits.detach(), {}};
+  for (const auto& p : m->named_parameters()) r.grads[p.key()] = p.value().grad().clone();
+  return r;
+}
+
 ScratchDir::ScratchDir(const std::string& tag) {
   static int counter = 0;
   path = std::filesystem::temp_directory_path() /

@@ -7,9 +7,11 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "normlab/nn/model.h"
 #include "normlab/nn/model_config.h"
 #include "normlab/util/safetensors.h"
 
@@ -21,6 +23,16 @@ namespace normlab::test {
 
 /// A small model of `scheme`: vocab 32, d_model 16, 2 layers, 4 heads / 2 kv heads, d_ff 24.
 ModelConfig tiny_config(Scheme scheme);
+
+/// One loss of `m` on `tokens` (each token's target the next one: tokens rolled by one) and its
+/// backward, m's gradients zeroed first: the loss, the logits and every parameter's gradient by
+/// name.
+struct LossAndGrads {
+  double loss = 0;
+  torch::Tensor logits;
+  std::map<std::string, torch::Tensor> grads;
+};
+LossAndGrads loss_and_grads(DecoderLM& m, const torch::Tensor& tokens);
 
 /// A fresh, empty folder under the temp dir, removed by the destructor.
 struct ScratchDir {

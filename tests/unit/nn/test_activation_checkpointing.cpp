@@ -13,10 +13,7 @@
 namespace normlab {
 namespace {
 
-struct Outcome {
-  double loss;
-  std::map<std::string, torch::Tensor> grads;
-};
+using Outcome = test::LossAndGrads;
 
 // every: 0 plain, 1 every block checkpointed, k every k-th (selective).
 Outcome run(const ModelConfig& cfg, int64_t every, const torch::Tensor& tokens) {
@@ -24,10 +21,7 @@ Outcome run(const ModelConfig& cfg, int64_t every, const torch::Tensor& tokens) 
   DecoderLM model(cfg);
   ActivationCheckpointedBlocks hooks(every);
   if (every > 0) model->hooks = &hooks;
-  const LossOutput out = model->loss(tokens, tokens.roll(-1, 1));
-  out.loss.backward();
-  Outcome r{out.loss.item<double>(), {}};
-  for (const auto& p : model->named_parameters()) r.grads[p.key()] = p.value().grad().clone();
+  Outcome r = test::loss_and_grads(model, tokens);
   model->hooks = nullptr;
   return r;
 }

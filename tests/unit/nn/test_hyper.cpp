@@ -64,20 +64,6 @@ torch::Tensor tokens_for(const ModelConfig& cfg) {
   return torch::randint(cfg.vocab_size, {2, 7}, torch::kLong);
 }
 
-// Logits and the gradients of every parameter of `m` (by name) for one loss on `tokens`.
-struct Outputs {
-  torch::Tensor logits;
-  std::map<std::string, torch::Tensor> grads;
-};
-Outputs run_model(DecoderLM& m, const torch::Tensor& tokens) {
-  m->zero_grad();
-  const LossOutput out = m->loss(tokens, tokens.roll(-1, 1));
-  out.loss.backward();
-  Outputs r{out.logits.detach(), {}};
-  for (const auto& p : m->named_parameters()) r.grads[p.key()] = p.value().grad().clone();
-  return r;
-}
-
 }  // namespace
 
 TEST(Hyper, InitIsThePapers) {
@@ -295,10 +281,10 @@ TEST(Hyper, MhcWithTheKvCacheAndActivationCheckpointing) {
                         1);
   }
   EXPECT_TRUE(close(pieces, full, 1e-5));
-  const Outputs plain = run_model(m, tokens);
+  const test::LossAndGrads plain = test::loss_and_grads(m, tokens);
   ActivationCheckpointedBlocks hooks(1);
   m->hooks = &hooks;
-  const Outputs ckpt = run_model(m, tokens);
+  const test::LossAndGrads ckpt = test::loss_and_grads(m, tokens);
   m->hooks = nullptr;
   for (const auto& [name, g] : plain.grads)
     EXPECT_TRUE(close(ckpt.grads.at(name), g, 1e-6)) << name;

@@ -71,21 +71,11 @@ torch::Tensor tokens_for(const ModelConfig& cfg) {
   return torch::randint(cfg.vocab_size, {2, 7}, torch::kLong);
 }
 
-struct Outputs {
-  torch::Tensor logits;
-  std::map<std::string, torch::Tensor> grads;
-};
-Outputs run_model(DecoderLM& m, const torch::Tensor& tokens) {
-  m->zero_grad();
-  const LossOutput out = m->loss(tokens, tokens.roll(-1, 1));
-  out.loss.backward();
-  Outputs r{out.logits.detach(), {}};
-  for (const auto& p : m->named_parameters()) r.grads[p.key()] = p.value().grad().clone();
-  return r;
-}
+using test::loss_and_grads;
+using test::LossAndGrads;
 
 // The largest relative difference of the logits and of every gradient of the plain model.
-double worst_difference(const Outputs& hyper, const Outputs& plain) {
+double worst_difference(const LossAndGrads& hyper, const LossAndGrads& plain) {
   double worst = test::max_rel_error(hyper.logits, plain.logits);
   for (const auto& [name, g] : plain.grads)
     worst = std::max(worst, test::max_rel_error(hyper.grads.at(name), g));
@@ -107,7 +97,7 @@ TEST(SiameseHyper, OneStreamStaticAtInitIsPlainSiameseNorm) {
     SCOPED_TRACE(enum_name(s));
     Pair p = same_weights(shc_config(s, 1, false));
     const torch::Tensor tokens = tokens_for(p.plain->config);
-    const Outputs h = run_model(p.hyper, tokens), r = run_model(p.plain, tokens);
+    const LossAndGrads h = loss_and_grads(p.hyper, tokens), r = loss_and_grads(p.plain, tokens);
     EXPECT_LE(worst_difference(h, r), kTol);
     EXPECT_TRUE(torch::equal(h.logits, r.logits));
   }
@@ -124,7 +114,7 @@ TEST(SiameseHyper, AtInitIsSiameseNormWithFinalYEpsOverNSquared) {
         Pair p = same_weights(cfg);
         set_final_y_eps(p.plain, cfg.norm_eps / static_cast<double>(n * n));
         const torch::Tensor tokens = tokens_for(cfg);
-        const Outputs h = run_model(p.hyper, tokens), r = run_model(p.plain, tokens);
+        const LossAndGrads h = loss_and_grads(p.hyper, tokens), r = loss_and_grads(p.plain, tokens);
         EXPECT_LE(worst_difference(h, r), kTol);
         if (n > 1) {  // and the eps term shows against plain SiameseNorm's own eps
           set_final_y_eps(p.plain, cfg.norm_eps);
@@ -145,7 +135,8 @@ TEST(SiameseHyper, EquivalenceCheckCatchesAChangedInit) {
       p.hyper->named_parameters()["blocks.1.mlp_hc.static_alpha"].narrow(1, 1, 1).add_(1e-3);
     }
     const torch::Tensor tokens = tokens_for(p.plain->config);
-    EXPECT_GT(worst_difference(run_model(p.hyper, tokens), run_model(p.plain, tokens)), 1e4 * kTol);
+    EXPECT_GT(worst_difference(loss_and_grads(p.hyper, tokens), loss_and_grads(p.plain, tokens)),
+              1e4 * kTol);
   }
 }
 
@@ -160,7 +151,8 @@ TEST(SiameseHyper, MhcAtInitWithZeroEpsIsPlainSiameseNorm) {
       cfg.norm_eps = 0.0;
       Pair p = same_weights(cfg);
       const torch::Tensor tokens = tokens_for(cfg);
-      EXPECT_LE(worst_difference(run_model(p.hyper, tokens), run_model(p.plain, tokens)), kTol);
+      EXPECT_LE(worst_difference(loss_and_grads(p.hyper, tokens), loss_and_grads(p.plain, tokens)),
+                kTol);
     }
 }
 
@@ -211,7 +203,7 @@ TEST(SiameseHyper, GradientsCausalityKvCacheAndActivationCheckpointing) {
         for (auto& p : m->parameters()) p.add_(0.1 * torch::randn_like(p));
       }
       const torch::Tensor tokens = tokens_for(cfg);
-      const Outputs plain = run_model(m, tokens);
+      const LossAndGrads plain = loss_and_grads(m, tokens);
       for (const auto& [name, g] : plain.grads) {
         EXPECT_TRUE(torch::isfinite(g).all().item<bool>()) << name;
         // mHC's H_res parameters get rounding noise only where H_res cannot matter (the first
@@ -239,7 +231,7 @@ TEST(SiameseHyper, GradientsCausalityKvCacheAndActivationCheckpointing) {
       EXPECT_TRUE(close(pieces, full, 1e-5));
       ActivationCheckpointedBlocks hooks(1);
       m->hooks = &hooks;
-      const Outputs ckpt = run_model(m, tokens);
+      const LossAndGrads ckpt = loss_and_grads(m, tokens);
       m->hooks = nullptr;
       for (const auto& [name, g] : plain.grads)
         EXPECT_TRUE(close(ckpt.grads.at(name), g, 1e-6)) << name;
