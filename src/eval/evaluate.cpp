@@ -24,7 +24,7 @@ EvalResult evaluate(DecoderLMImpl& model, const ValLoader& loader, int64_t max_b
     const Batch b = loader.batch(k);
     torch::Tensor ce;
     {
-      AutocastGuard autocast(bf16_autocast);
+      AutocastGuard autocast(device.type(), bf16_autocast);
       ce = model.loss(b.inputs.to(device), b.targets.to(device)).ce;
     }
     const int64_t tokens = b.targets.numel();

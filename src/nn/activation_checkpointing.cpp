@@ -13,7 +13,9 @@ struct ActivationCheckpointFunction : torch::autograd::Function<ActivationCheckp
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
                                                 at::TensorList ins, int64_t block) {
     ctx->saved_data["block"] = block;
-    ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(at::kCUDA);
+    const AutocastState autocast = AutocastState::current();
+    ctx->saved_data["autocast_cpu"] = autocast.cpu;
+    ctx->saved_data["autocast_cuda"] = autocast.cuda;
     ctx->save_for_backward(ins.vec());
     auto* b = reinterpret_cast<SchemeBlockImpl*>(static_cast<intptr_t>(block));
     const Streams out = b->forward({ins[0], ins.size() > 1 ? ins[1] : torch::Tensor()});
@@ -35,7 +37,8 @@ struct ActivationCheckpointFunction : torch::autograd::Function<ActivationCheckp
     std::vector<torch::Tensor> outs, gs;
     {
       torch::AutoGradMode grad_on(true);
-      AutocastGuard autocast(ctx->saved_data["autocast"].toBool());
+      AutocastGuard autocast_cpu(at::kCPU, ctx->saved_data["autocast_cpu"].toBool());
+      AutocastGuard autocast_cuda(at::kCUDA, ctx->saved_data["autocast_cuda"].toBool());
       const Streams out = b->forward({ins[0], ins.size() > 1 ? ins[1] : torch::Tensor()});
       std::vector<torch::Tensor> o{out.x};
       if (out.y.defined()) o.push_back(out.y);

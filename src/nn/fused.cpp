@@ -2,6 +2,7 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -237,9 +238,12 @@ bool onednn_linear_available() {
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight) {
 #if NORMLAB_HAVE_ONEDNN_MATMUL
   // Empty inputs take ATen's path, whose weight gradient is zero; the oneDNN kernel leaves it
-  // unwritten (Fused.LinearOfNoRowsHasAZeroWeightGradient).
+  // unwritten (Fused.LinearOfNoRowsHasAZeroWeightGradient). Under CPU autocast ATen's linear
+  // runs too: autocast casts its operands to bf16 (the call below would bypass the dispatcher,
+  // and with it autocast, and compute in fp32).
   if (x.is_cpu() && x.scalar_type() == torch::kFloat && weight.scalar_type() == torch::kFloat &&
-      weight.is_cpu() && x.numel() > 0 && onednn_linear_available())
+      weight.is_cpu() && x.numel() > 0 && !at::autocast::is_autocast_enabled(at::kCPU) &&
+      onednn_linear_available())
     return LinearFn::apply(x, weight);
 #endif
   return torch::linear(x, weight);

@@ -5,6 +5,7 @@
 
 #include <sstream>
 
+#include "normlab/nn/autocast.h"
 #include "normlab/util/error.h"
 
 namespace normlab {
@@ -138,8 +139,13 @@ MoeImpl::MoeImpl(const ModelConfig& cfg, torch::Device device)
 
 Routing MoeImpl::route(const torch::Tensor& rows) {
   Routing r;
-  const torch::Tensor logits = router(rows);
-  // Softmax, top-k and the aux losses in float32 (float64 stays float64) under autocast too.
+  // The router in float32 (float64 stays float64) under autocast too: its logits, softmax,
+  // top-k and the aux losses. A bf16 router would round near-ties between experts.
+  torch::Tensor logits;
+  {
+    const NoAutocast fp32;
+    logits = router(rows.scalar_type() == torch::kDouble ? rows : rows.to(torch::kFloat));
+  }
   r.logits = logits.scalar_type() == torch::kDouble ? logits : logits.to(torch::kFloat);
   r.probs = torch::softmax(r.logits, -1);
   std::tie(r.weights, r.experts) = r.probs.topk(top_k, -1);

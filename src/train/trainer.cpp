@@ -56,7 +56,7 @@ double Trainer::Impl::accumulate(int64_t s, StepMetrics& m_out) {
     const Batch b = loader->batch(s, m);
     LossOutput out;
     {
-      AutocastGuard autocast(bf16);
+      AutocastGuard autocast(device.type(), bf16);
       out = model->loss(b.inputs.to(device, /*non_blocking=*/true),
                         b.targets.to(device, /*non_blocking=*/true), cfg.train.z_loss, nullptr,
                         cfg.train.loss_chunk_rows);

@@ -33,6 +33,7 @@
 #include "normlab/nn/model.h"
 #include "normlab/train/checkpoint.h"
 #include "normlab/train/optimizer.h"
+#include "normlab/train/precision.h"
 #include "normlab/train/stability.h"
 #include "normlab/train/trainer.h"
 #include "normlab/util/file_io.h"
@@ -88,8 +89,9 @@ struct Trainer::Impl {
   std::unique_ptr<FileLock> run_lock;
   std::optional<std::string> latest;  // the newest checkpoint in the run folder
   torch::Device device{torch::kCPU};
-  bool bf16 = false;  // autocast on CUDA
-  bool fp64 = false;  // weights, state and activations in float64
+  PrecisionChoice precision;  // train.precision resolved for the device (the log says why)
+  bool bf16 = false;          // bf16 autocast on the device (CPU or CUDA), fp32 master weights
+  bool fp64 = false;          // weights, state and activations in float64
   // ---- data ----
   std::shared_ptr<TokenDataset> train_data;
   std::unique_ptr<TrainLoader> loader;

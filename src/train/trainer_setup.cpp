@@ -49,12 +49,10 @@ Trainer::Impl::Impl(const RunConfig& config, const TrainOptions& options)
                       "), e.g. the GPUs of one node; 0 shards over all ranks");
   open_run_folder();
   device = resolve_device(cfg.train.device, o.device_index);
-  bf16 = device.is_cuda() &&
-         (cfg.train.precision == Precision::Auto || cfg.train.precision == Precision::Bf16);
-  fp64 = cfg.train.precision == Precision::Fp64;
-  if (cfg.train.precision == Precision::Bf16 && !device.is_cuda())
-    throw ConfigError(
-        "train.precision = bf16 needs a CUDA device (train.device = " + cfg.train.device + ")");
+  precision = choose_precision(cfg.train.precision, device,
+                               device.is_cuda() ? std::string() : cpu_native_bf16());
+  bf16 = precision.bf16;
+  fp64 = precision.fp64;
   load_data();
   build_model();
   if (o.resume && latest) resume();
@@ -290,6 +288,8 @@ void Trainer::Impl::describe() {
                       fsdp_dtypes
                 : "") +
        "); run folder " + o.run_dir);
+  info("precision: " + precision.reason);
+  if (!precision.warning.empty() && log && lead) log->warn(precision.warning);
   describe_data();
   char msg[200];
   std::snprintf(msg, sizeof msg,

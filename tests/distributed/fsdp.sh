@@ -5,7 +5,9 @@
 #      consolidating the last checkpoint, the same parameters as the single process; W = 2
 #      without prefetching: bitwise the losses of W = 2; with activation checkpointing and FSDP
 #      forced on one process: the same losses up to summation order; W = 2 gathering and
-#      reducing in bf16 (MPI's sum through normlab's bf16 op): within bf16 precision;
+#      reducing in bf16 (MPI's sum through normlab's bf16 op): within bf16 precision; under bf16
+#      autocast (train.precision = bf16), W = 2 with bf16 gathers closer to 1 process in bf16
+#      than bf16 is to fp32;
 #   2. each rank holds at most 1/W + 5 % of the unsharded parameter + gradient + optimizer bytes;
 #   3. a sharded run stopped at step 10 and resumed gives bitwise the same losses;
 #   4. the step-10 checkpoint of W = 2, consolidated, resumed on 3 ranks and on 1 gives the same
@@ -51,6 +53,14 @@ t2=$(date +%s.%N)
 "${mpi[@]}" -n 2 "$normlab" train "${args[@]}" --set distributed.param_dtype=bf16 --set distributed.reduce_dtype=bf16 \
   --out "$work/w2-bf16" > "$work/w2-bf16.out" 2>&1 || { cat "$work/w2-bf16.out"; echo "FAIL: W=2 bf16"; exit 1; }
 grep -q "gathers in bf16, reductions in bf16" "$work/w2-bf16.out" || { cat "$work/w2-bf16.out"; echo "FAIL: bf16 not in the log"; exit 1; }
+# bf16 autocast on the CPU (train.precision = bf16): one process, and W = 2 gathering in bf16 with
+# the precision policy's fp32 parameters (keep_fp32) and reducing in fp32.
+"$normlab" train "${args[@]}" --set train.precision=bf16 --out "$work/w1-amp" > "$work/w1-amp.out" 2>&1 \
+  || { cat "$work/w1-amp.out"; echo "FAIL: 1 process bf16 autocast"; exit 1; }
+"${mpi[@]}" -n 2 "$normlab" train "${args[@]}" --set train.precision=bf16 --set distributed.reduce_dtype=fp32 \
+  --out "$work/w2-amp" > "$work/w2-amp.out" 2>&1 || { cat "$work/w2-amp.out"; echo "FAIL: W=2 bf16 autocast"; exit 1; }
+grep -q "bf16 autocast on the CPU" "$work/w2-amp.out" && grep -q "gathers in bf16, reductions in fp32 ([0-9]* parameters kept in fp32" "$work/w2-amp.out" \
+  || { cat "$work/w2-amp.out"; echo "FAIL: W=2 bf16 autocast: precision policy not in the log"; exit 1; }
 # W = 2 with each reduce-scatter waited for at once (bitwise the same losses as overlapped), and
 # with the 3 micro-steps' gradients summed unsharded and reduced once per step.
 "${mpi[@]}" -n 2 "$normlab" train "${args[@]}" --set distributed.overlap_reduce=false \
@@ -108,6 +118,13 @@ print(f"W=2: without prefetch bitwise the same losses, with activation checkpoin
 bf = rel_to(ref, losses("w2-bf16"))
 assert 0 < bf <= 5e-3, bf  # not bitwise fp32 (the bf16 path ran), within bf16 rounding of the weights
 print(f"W=2 with bf16 gathers and reductions: losses within {bf:.1e} relative of 1 process in fp32")
+# Under bf16 autocast W = 2 differs from 1 process only by the order of its fp32 gradient sums
+# (the bf16 gathers round what autocast rounds anyway), which bf16 rounding then amplifies; the
+# bound: less than bf16 autocast moves the single process away from fp32.
+amp, amp_vs_fp32 = rel_to(losses("w1-amp"), losses("w2-amp")), rel_to(ref, losses("w1-amp"))
+assert amp < amp_vs_fp32 and amp_vs_fp32 > 0, (amp, amp_vs_fp32)
+print(f"bf16 autocast: W=2 (bf16 gathers, fp32 parameters kept) within {amp:.1e} relative of 1 process; "
+      f"1 process in bf16 within {amp_vs_fp32:.1e} of fp32")
 PY
 
 # 3. stop at step 10, resume: bitwise the same losses as the uninterrupted W = 2 run.

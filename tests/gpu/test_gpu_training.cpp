@@ -3,12 +3,11 @@
 #include <gmock/gmock.h>
 #include <torch/torch.h>
 
+#include "bf16_checks.h"
 #include "normlab/config/config_io.h"
 #include "normlab/data/data_prepare.h"
 #include "normlab/nn/attention.h"
-#include "normlab/nn/autocast.h"
 #include "normlab/nn/model.h"
-#include "normlab/nn/moe.h"
 #include "normlab/train/optimizer.h"
 #include "normlab/train/trainer.h"
 #include "normlab/util/device.h"
@@ -49,33 +48,6 @@ TEST(GpuTraining, CudaForwardMatchesCpuInFp32) {
   }
 }
 
-namespace {
-
-// Runs `c` on CUDA in fp32 and under bf16 autocast: the residual stream the forward reports as
-// `stream` (shape B, T, n, d) stays fp32 under autocast, and the logits stay within bf16
-// precision of the fp32 model's.
-void expect_stream_fp32_under_bf16_autocast(const ModelConfig& c, std::string_view stream) {
-  torch::manual_seed(3);
-  DecoderLM m(c);
-  m->to(torch::kCUDA);
-  torch::NoGradGuard g;
-  const torch::Tensor tokens = torch::randint(32, {2, 12}, torch::kLong).cuda();
-  const torch::Tensor fp32 = m->forward(tokens);
-  torch::Tensor state, bf16;
-  {
-    AutocastGuard autocast(true);
-    bf16 = m->forward(tokens, [&](std::string_view name, int64_t, const torch::Tensor& t) {
-      if (name == stream) state = t;
-    });
-  }
-  ASSERT_TRUE(state.defined()) << stream;
-  EXPECT_EQ(state.dim(), 4);
-  EXPECT_EQ(state.scalar_type(), torch::kFloat);
-  EXPECT_TRUE(test::close(bf16.to(torch::kFloat).cpu(), fp32.cpu(), 5e-2));
-}
-
-}  // namespace
-
 // Hyper-Connections mix their streams outside autocast: under bf16 autocast the n residual
 // streams stay fp32 (the branches run in bf16).
 TEST(GpuTraining, HyperKeepsItsStreamsFp32UnderBf16Autocast) {
@@ -85,7 +57,7 @@ TEST(GpuTraining, HyperKeepsItsStreamsFp32UnderBf16Autocast) {
     ModelConfig c = test::tiny_config(Scheme::Hyper);
     c.hyper.n = 4;
     c.hyper.variant = v;
-    expect_stream_fp32_under_bf16_autocast(c, "x");
+    test::expect_stream_fp32_under_bf16_autocast(c, "x", torch::kCUDA);
   }
 }
 
@@ -97,7 +69,7 @@ TEST(GpuTraining, SiameseHyperKeepsItsYStreamsFp32UnderBf16Autocast) {
     ModelConfig c = test::tiny_config(Scheme::SiameseHybrid);
     c.siamese.hyper.n = 4;
     c.siamese.hyper.variant = v;
-    expect_stream_fp32_under_bf16_autocast(c, "y");
+    test::expect_stream_fp32_under_bf16_autocast(c, "y", torch::kCUDA);
   }
 }
 
@@ -139,65 +111,12 @@ TEST(GpuTraining, Bf16AutocastRunCompletesWithFiniteLosses) {
 
 TEST(GpuTraining, ChunkedLossMatchesThePlainOneUnderBf16Autocast) {
   NORMLAB_REQUIRE_CUDA();
-  const ModelConfig cfg = test::tiny_config(Scheme::SiameseHybrid);
-  torch::manual_seed(3);
-  const torch::Tensor tokens = torch::randint(cfg.vocab_size, {3, 16}, torch::kLong).cuda();
-  double losses[2];
-  std::map<std::string, torch::Tensor> grads[2];
-  for (int chunked = 0; chunked < 2; ++chunked) {
-    torch::manual_seed(5);
-    DecoderLM model(cfg);
-    model->to(torch::kCUDA);
-    LossOutput out;
-    {
-      AutocastGuard autocast(true);
-      out = model->loss(tokens, tokens.roll(-1, 1), 1e-4, nullptr, chunked ? 7 : 0);
-    }
-    out.loss.backward();
-    losses[chunked] = out.loss.item<double>();
-    for (const auto& p : model->named_parameters())
-      grads[chunked][p.key()] = p.value().grad().cpu();
-  }
-  EXPECT_NEAR(losses[1], losses[0], 1e-3 * losses[0]);
-  for (const auto& [name, g] : grads[0])
-    EXPECT_TRUE(test::close(grads[1].at(name), g, 3e-2)) << name;
+  test::expect_chunked_loss_matches_plain_under_bf16(torch::kCUDA);
 }
 
-// model.moe.dispatch on CUDA: the grouped GEMMs (what auto picks there) and the loop of one GEMM
-// pair per expert give the same loss, gradients and routing, in float32 and under bf16 autocast
-// (within bf16 rounding, the bound of the chunked-loss test above). One block, so that both
-// route the same rows: in a deeper model bf16 rounding could flip a later near-tie routing.
+// model.moe.dispatch on CUDA: the grouped GEMMs (what auto picks there) and the loop agree in
+// float32 and under bf16 autocast.
 TEST(GpuTraining, MoeGroupedDispatchMatchesTheLoop) {
   NORMLAB_REQUIRE_CUDA();
-  ModelConfig cfg = test::tiny_config(Scheme::PreNorm);
-  cfg.n_layers = 1;
-  cfg.moe.n_experts = 4;
-  cfg.moe.top_k = 2;
-  cfg.moe.d_expert = 16;
-  torch::manual_seed(3);
-  DecoderLM model(cfg);
-  model->to(torch::kCUDA);
-  const torch::Tensor tokens = torch::randint(cfg.vocab_size, {4, 32}, torch::kLong).cuda();
-  for (const bool bf16 : {false, true}) {
-    SCOPED_TRACE(bf16 ? "bf16 autocast" : "float32");
-    std::vector<torch::Tensor> got[2];
-    for (const MoeDispatch d : {MoeDispatch::Loop, MoeDispatch::Grouped}) {
-      for (MoeImpl* m : moe_layers(*model)) m->dispatch = d;
-      model->zero_grad();
-      LossOutput out;
-      {
-        AutocastGuard autocast(bf16);
-        out = model->loss(tokens, tokens.roll(-1, 1));
-      }
-      out.loss.backward();
-      auto& g = got[d == MoeDispatch::Grouped];
-      g.push_back(out.loss.detach().cpu());
-      for (const auto& p : model->parameters()) g.push_back(p.grad().cpu());
-      for (MoeImpl* m : moe_layers(*model)) g.push_back(m->last.counts.cpu());
-    }
-    for (size_t i = 0; i < got[0].size(); ++i)
-      EXPECT_TRUE(test::close(got[1][i].to(torch::kDouble), got[0][i].to(torch::kDouble),
-                              bf16 ? 3e-2 : 1e-3))
-          << i;
-  }
+  test::expect_grouped_dispatch_matches_loop(torch::kCUDA);
 }

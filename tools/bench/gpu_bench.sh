@@ -135,6 +135,7 @@ print(s["peak_memory_bytes"], s.get("attention_backend", "?"))' "$work/run")
         ours=$row_tps ;;
       eager|compile)
         flag=(); [ "$side" = compile ] && flag=(--compile)
+        [ "$device" = cpu ] && flag+=(--no-bf16)  # the CPU dry run: fp32, as the tiny configs train
         (cd "$root/tools/bench" && timeout "$side_timeout" "$python" reference_train.py --shard "$shard" --scheme "$s" \
            --d-model "$d" --n-layers "$L" --n-heads "$H" --d-ff "$F" --vocab "$V" --seq "$T" --micro "$micro" \
            --steps "$steps" --warmup "$warmup" --device "$device" "${flag[@]}") > "$work/ref.out" 2>&1

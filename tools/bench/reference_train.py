@@ -1,6 +1,7 @@
 """The PyTorch reference trainer of the GPU benchmark (tools/bench/gpu_bench.sh): the same model
 as tools/bench/torch_train.py (every scheme, the update rules of docs/paper.md) trained the way
-a PyTorch user trains on one GPU: the model built on the device, bf16 autocast,
+a PyTorch user trains on one GPU (or, with --device cpu, on the CPU: tools/bench/bf16_bench.sh):
+the model built on the device, bf16 autocast unless --no-bf16,
 F.scaled_dot_product_attention (flash/cuDNN), F.rms_norm, fused AdamW, gradient clipping,
 optionally torch.compile of the model.
 
@@ -63,7 +64,7 @@ def main():
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=cuda)
-    bf16 = cuda and not a.no_bf16
+    bf16 = not a.no_bf16  # CUDA autocast, or CPU autocast (tools/bench/bf16_bench.sh)
     sdpa = sdpa_backend(a.micro, a.seq, a.n_heads, a.d_model // a.n_heads,
                         torch.bfloat16 if bf16 else torch.float32, dev)
     print(f"sdpa {sdpa}", flush=True)

@@ -1,4 +1,5 @@
-// normlab version: normlab's and LibTorch's versions, whether CUDA is usable, the devices seen.
+// normlab version: normlab's and LibTorch's versions, whether CUDA is usable, the devices seen,
+// how the CPU computes bf16 and what train.precision = auto chooses here.
 #include <torch/torch.h>
 
 #include <iomanip>
@@ -6,6 +7,7 @@
 
 #include "command.h"
 #include "normlab/nn/fused.h"
+#include "normlab/train/precision.h"
 #include "normlab/util/device.h"
 #include "normlab/version.h"
 
@@ -13,6 +15,7 @@ namespace normlab::cli {
 
 Runner setup_version(CLI::App& sub) {
   return [] {
+    const std::string cpu_bf16 = cpu_native_bf16();
     std::cout << "normlab " << NORMLAB_VERSION_STRING << "\n"
               << "LibTorch " << torch_version() << "\n"
               << "normlab CUDA kernels: "
@@ -21,12 +24,17 @@ Runner setup_version(CLI::App& sub) {
               << "\n"
               << "CUDA available: " << (cuda_available() ? "yes" : "no") << "\n"
               << "devices:\n"
-              << "  cpu (" << at::get_num_threads() << " threads)\n";
+              << "  cpu (" << at::get_num_threads() << " threads, bf16 "
+              << (cpu_bf16.empty() ? "emulated: no AMX, no AVX512-BF16" : "native: " + cpu_bf16)
+              << ")\n";
     for (const CudaDeviceInfo& d : cuda_devices()) {
       std::cout << "  cuda:" << d.index << " " << d.name << " (sm_" << d.compute_major
                 << d.compute_minor << ", " << std::fixed << std::setprecision(1) << d.memory_gib
                 << " GiB)\n";
     }
+    const torch::Device device = resolve_device("auto");
+    std::cout << "train.precision = auto on " << device.str() << ": "
+              << choose_precision(Precision::Auto, device, cpu_bf16).reason << "\n";
     return 0;
   };
 }

@@ -21,7 +21,7 @@ struct EvalResult {
 };
 
 /// Evaluates on the first `max_batches` batches of `loader` (0: all), without gradients;
-/// `bf16_autocast` runs the model under CUDA bf16 autocast, as in training. `token_bytes`
+/// `bf16_autocast` runs the model under bf16 autocast on `device`, as in training. `token_bytes`
 /// (tokenizer.h, token_byte_lengths) adds the per-byte numbers.
 EvalResult evaluate(DecoderLMImpl& model, const ValLoader& loader, int64_t max_batches,
                     torch::Device device, bool bf16_autocast,

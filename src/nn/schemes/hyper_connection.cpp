@@ -2,12 +2,13 @@
 // packed form of Algorithm 2, static or dynamic) and mHC (Xie et al. 2025, arXiv 2512.24880,
 // Eqs. 7-8); the equations are in hyper.cpp's header. Used by hyper.cpp and by SiameseNorm's
 // Y stream (siamese.cpp, siamese_hybrid.cpp).
-// The connections are computed outside autocast, in the state's dtype, so that a bf16 run mixes
-// its fp32 streams in fp32 (the branches still run in bf16).
+// The connections are computed outside autocast (CPU and CUDA), in the state's dtype, so that a
+// bf16 run mixes its fp32 streams in fp32 (the branches still run in bf16).
 #include "nn/schemes/hyper_connection.h"
 
-#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/torch.h>
+
+#include "normlab/nn/autocast.h"
 
 #include <cmath>
 
@@ -33,7 +34,7 @@ class HyperConnectionImpl : public ConnectionImpl {
   }
 
   Width width(const torch::Tensor& H) const override {
-    const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
+    const NoAutocast fp32;
     torch::Tensor alpha = static_alpha, beta = static_beta;
     if (w_alpha.defined()) {
       const torch::Tensor hb = torch::layer_norm(H, {H.size(-1)}, {}, {}, eps);
@@ -73,7 +74,7 @@ class ManifoldConnectionImpl : public ConnectionImpl {
   }
 
   Width width(const torch::Tensor& H) const override {
-    const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
+    const NoAutocast fp32;
     const auto dt = H.scalar_type();
     const torch::Tensor v = H.flatten(-2);  // vec(H): (B, T, n C)
     const torch::Tensor xt = v * torch::rsqrt(v.pow(2).mean(-1, /*keepdim=*/true) + eps);

@@ -1,0 +1,30 @@
+// What a run computes in: train.precision resolved against the device (and, on a CPU, against
+// whether it computes bf16 natively). One policy on CPU and CUDA: under bf16 the weights and
+// the optimizer state stay fp32 and the matmuls run under bf16 autocast (nn/autocast.h).
+#pragma once
+
+#include <torch/types.h>
+
+#include <string>
+
+#include "normlab/config/enums.h"
+
+namespace normlab {
+
+struct PrecisionChoice {
+  bool bf16 = false;    // bf16 autocast on the run's device, fp32 master weights
+  bool fp64 = false;    // weights, optimizer state and activations in float64
+  std::string name;     // "bf16", "fp32" or "fp64"
+  std::string reason;   // why, for the run log: "auto: this CPU computes bf16 natively (AMX)"
+  std::string warning;  // non-empty when the choice runs but slowly (bf16 emulated on this CPU)
+};
+
+/// Resolves `requested` for `device`. `cpu_bf16` says how the CPU computes bf16 natively
+/// (cpu_native_bf16() in util/device.h: "AMX", "AVX512-BF16", or "" for neither); it matters
+/// only on the CPU. auto: bf16 on CUDA and on a CPU with native bf16, else fp32. bf16 runs
+/// anywhere; on a CPU without native bf16 it is emulated (correct, slower than fp32) and the
+/// warning says so.
+PrecisionChoice choose_precision(Precision requested, const torch::Device& device,
+                                 const std::string& cpu_bf16);
+
+}  // namespace normlab

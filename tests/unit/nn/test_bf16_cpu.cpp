@@ -1,0 +1,182 @@
+// bf16 on the CPU (nn/autocast.h): the precision policy under ATen's CPU autocast, at tiny sizes
+// so that CPUs without native bf16 (emulated by oneDNN) stay fast. Matmuls run in bf16; norms,
+// residual streams, Hyper-Connections' connections and the MoE router stay fp32; activation
+// checkpointing recomputes under the forward's autocast. The same checks run on CUDA in
+// tests/gpu/test_gpu_training.cpp.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+
+#include "bf16_checks.h"
+#include "nn/schemes/hyper_connection.h"
+#include "normlab/nn/activation_checkpointing.h"
+#include "normlab/nn/autocast.h"
+#include "normlab/nn/fused.h"
+#include "normlab/nn/model.h"
+#include "normlab/nn/moe.h"
+#include "support.h"
+
+namespace normlab {
+namespace {
+
+TEST(Bf16Cpu, LinearComputesInBf16UnderCpuAutocast) {
+  torch::manual_seed(0);
+  const torch::Tensor x = torch::randn({5, 32}), w = torch::randn({24, 32});
+  const torch::Tensor fp32 = fused::linear(x, w);
+  EXPECT_EQ(fp32.scalar_type(), torch::kFloat);
+  torch::Tensor bf16;
+  {
+    AutocastGuard autocast(at::kCPU, true);
+    bf16 = fused::linear(x, w);
+  }
+  EXPECT_EQ(bf16.scalar_type(), torch::kBFloat16);
+  // The product of the operands rounded to bf16, accumulated in fp32.
+  const torch::Tensor want = torch::mm(x.to(torch::kBFloat16).to(torch::kFloat),
+                                       w.to(torch::kBFloat16).to(torch::kFloat).t());
+  EXPECT_TRUE(test::close(bf16.to(torch::kFloat), want, 1e-2));
+  EXPECT_FALSE(at::autocast::is_autocast_enabled(at::kCPU));  // the guard restored the state
+}
+
+// Every scheme under CPU autocast: the residual streams the forward reports stay fp32 (a bf16
+// branch output added to an fp32 stream), and the logits stay within bf16 precision of fp32's.
+TEST(Bf16Cpu, EverySchemeKeepsItsStreamsFp32AndMatchesFp32) {
+  for (const auto& row : EnumNames<Scheme>::rows) {
+    SCOPED_TRACE(row.name);
+    ModelConfig c = test::tiny_config(row.value);
+    torch::manual_seed(3);
+    DecoderLM m(c);
+    torch::NoGradGuard g;
+    const torch::Tensor tokens = torch::randint(c.vocab_size, {2, 12}, torch::kLong);
+    const torch::Tensor fp32 = m->forward(tokens);
+    std::map<std::string, torch::ScalarType> dtypes;
+    torch::Tensor bf16;
+    {
+      AutocastGuard autocast(at::kCPU, true);
+      bf16 = m->forward(tokens, [&](std::string_view name, int64_t layer, const torch::Tensor& t) {
+        dtypes[std::string(name) + std::to_string(layer)] = t.scalar_type();
+      });
+    }
+    ASSERT_FALSE(dtypes.empty());
+    for (const auto& [name, dtype] : dtypes) EXPECT_EQ(dtype, torch::kFloat) << name;
+    EXPECT_FALSE(bf16.equal(fp32.to(bf16.scalar_type())));  // autocast did change the compute
+    EXPECT_TRUE(test::close(bf16.to(torch::kFloat), fp32, 5e-2));
+  }
+}
+
+// The connections of Hyper-Connections and mHC run outside autocast: under CPU autocast they give
+// bitwise what they give in fp32 (with random weights, so that the dynamic parts contribute).
+TEST(Bf16Cpu, HyperConnectionsComputeInFp32UnderBf16Autocast) {
+  struct Case {
+    HyperVariant variant;
+    bool dynamic;
+  };
+  for (const Case k : {Case{HyperVariant::Hc, false}, Case{HyperVariant::Hc, true},
+                       Case{HyperVariant::Mhc, true}}) {
+    SCOPED_TRACE(std::string(enum_name(k.variant)) + (k.dynamic ? " dynamic" : " static"));
+    HyperOptions o;
+    o.variant = k.variant;
+    o.dynamic = k.dynamic;
+    o.n = 4;
+    torch::manual_seed(2);
+    const auto hc = schemes::make_connection(o, 32, 1e-5, 1, torch::kCPU);
+    torch::NoGradGuard g;
+    for (auto& p : hc->parameters()) p.add_(torch::randn_like(p) * 0.3);
+    const torch::Tensor H = torch::randn({2, 5, 4, 32});
+    const schemes::ConnectionImpl::Width fp32 = hc->width(H);
+    schemes::ConnectionImpl::Width bf16;
+    {
+      AutocastGuard autocast(at::kCPU, true);
+      bf16 = hc->width(H);
+    }
+    EXPECT_TRUE(bf16.h.equal(fp32.h));
+    EXPECT_TRUE(bf16.carry.equal(fp32.carry));
+    EXPECT_TRUE(bf16.beta.equal(fp32.beta));
+  }
+}
+
+TEST(Bf16Cpu, HyperKeepsItsStreamsFp32UnderBf16Autocast) {
+  for (const HyperVariant v : {HyperVariant::Hc, HyperVariant::Mhc}) {
+    SCOPED_TRACE(enum_name(v));
+    ModelConfig c = test::tiny_config(Scheme::Hyper);
+    c.hyper.n = 4;
+    c.hyper.variant = v;
+    test::expect_stream_fp32_under_bf16_autocast(c, "x", torch::kCPU);
+  }
+}
+
+TEST(Bf16Cpu, SiameseHyperKeepsItsYStreamsFp32UnderBf16Autocast) {
+  for (const HyperVariant v : {HyperVariant::Hc, HyperVariant::Mhc}) {
+    SCOPED_TRACE(enum_name(v));
+    ModelConfig c = test::tiny_config(Scheme::SiameseHybrid);
+    c.siamese.hyper.n = 4;
+    c.siamese.hyper.variant = v;
+    test::expect_stream_fp32_under_bf16_autocast(c, "y", torch::kCPU);
+  }
+}
+
+TEST(Bf16Cpu, ChunkedLossMatchesThePlainOneUnderBf16Autocast) {
+  test::expect_chunked_loss_matches_plain_under_bf16(torch::kCPU);
+}
+
+TEST(Bf16Cpu, MoeGroupedDispatchMatchesTheLoop) {
+  test::expect_grouped_dispatch_matches_loop(torch::kCPU);
+}
+
+// The router runs in fp32 under autocast: its logits equal the fp32 model's exactly (a bf16
+// router would round them to 8 bits of mantissa).
+TEST(Bf16Cpu, MoeRouterStaysFp32UnderBf16Autocast) {
+  ModelConfig cfg = test::tiny_config(Scheme::PreNorm);
+  cfg.moe.n_experts = 4;
+  cfg.moe.top_k = 2;
+  cfg.moe.d_expert = 16;
+  torch::manual_seed(3);
+  Moe moe(cfg);
+  torch::NoGradGuard g;
+  moe->router->weight.normal_();  // the router starts at zero: logits exact in any precision
+  const torch::Tensor rows = torch::randn({40, cfg.d_model});
+  const Routing fp32 = moe->route(rows);
+  Routing bf16;
+  {
+    AutocastGuard autocast(at::kCPU, true);
+    bf16 = moe->route(rows);
+  }
+  EXPECT_EQ(bf16.logits.scalar_type(), torch::kFloat);
+  EXPECT_TRUE(bf16.logits.equal(fp32.logits));
+  EXPECT_TRUE(bf16.experts.equal(fp32.experts));
+}
+
+// A checkpointed block is recomputed under the autocast of its forward (CPU autocast included):
+// the loss and every gradient equal the plain model's under bf16 autocast, as they do in fp32.
+TEST(Bf16Cpu, ActivationCheckpointingRecomputesUnderTheForwardsAutocast) {
+  for (const Scheme scheme : {Scheme::PreNorm, Scheme::SiameseHybrid}) {
+    SCOPED_TRACE(enum_name(scheme));
+    const ModelConfig cfg = test::tiny_config(scheme);
+    torch::manual_seed(1);
+    const torch::Tensor tokens = torch::randint(cfg.vocab_size, {3, 7}, torch::kLong);
+    std::map<std::string, torch::Tensor> grads[2];
+    double losses[2];
+    for (int every = 0; every < 2; ++every) {
+      torch::manual_seed(9);
+      DecoderLM model(cfg);
+      ActivationCheckpointedBlocks hooks(every);
+      if (every > 0) model->hooks = &hooks;
+      LossOutput out;
+      {
+        AutocastGuard autocast(at::kCPU, true);
+        out = model->loss(tokens, tokens.roll(-1, 1));
+      }
+      out.loss.backward();  // outside autocast, as the trainer runs it
+      model->hooks = nullptr;
+      losses[every] = out.loss.item<double>();
+      for (const auto& p : model->named_parameters()) grads[every][p.key()] = p.value().grad();
+    }
+    EXPECT_EQ(losses[0], losses[1]);
+    for (const auto& [name, g] : grads[0])
+      EXPECT_TRUE(test::close(grads[1].at(name), g, 1e-6)) << name;
+  }
+}
+
+}  // namespace
+}  // namespace normlab

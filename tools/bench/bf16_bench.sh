@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# bf16 training speed on the CPU, side by side in one invocation: `normlab train` in bf16
+# (train.precision = bf16: CPU autocast) and in fp32, against the PyTorch reference trainer
+# (tools/bench/reference_train.py: the same model, F.scaled_dot_product_attention, AdamW) in
+# eager mode with bf16 autocast and under torch.compile with bf16 autocast. Same torch, same
+# threads, same shards, one micro-batch of MICRO sequences a step on every side. The sides
+# alternate REPEATS times, each run timing STEPS steps after WARMUP untimed ones (torch.compile
+# compiles during the warm-up). The headline is each side's best step over all its runs (the
+# machines here are noisy; a busy neighbour only slows a run down); medians beside it. Ratios:
+# the other side's time over normlab bf16's (> 1: normlab bf16 faster).
+# Shapes: small = configs/small/lm.yaml (d_model 256, 6 layers, d_ff 688, seq 256);
+#         512   = d_model 512, 8 layers, 8 heads, d_ff 1376, seq 256.
+# Usage: tools/bench/bf16_bench.sh [SHAPE=512] [SCHEME=pre_norm] [STEPS=4] [REPEATS=2] [WARMUP=2]
+#                                  [SIDES=bf16,fp32,eager,compile] [MICRO=8]
+# Prints the CPU's model name and its bf16 flags (amx_tile, avx512_bf16) first.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=${NORMLAB_BUILD_DIR:-$root/build}
+py=${NORMLAB_VENV:-$root/.venv}/bin/python
+shape=${1:-512} scheme=${2:-pre_norm} steps=${3:-4} repeats=${4:-2} warmup=${5:-2}
+sides=${6:-bf16,fp32,eager,compile} micro=${7:-8}
+threads=$(nproc)
+case $shape in
+  small) d=256 L=6 H=8 F=688 ;;
+  512) d=512 L=8 H=8 F=1376 ;;
+  *) echo "bf16_bench: unknown shape '$shape' (small, 512)" >&2; exit 2 ;;
+esac
+V=4096 T=256
+"$root/tools/prepare_corpus.sh" >/dev/null
+config=$root/configs/small/lm.yaml
+shard=$root/data/kjv/shards/train-00000.bin
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+total=$((steps + warmup))
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2)}'; }
+
+cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
+flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -x -e amx_tile -e amx_bf16 -e avx512_bf16 | tr '\n' ' ')
+echo "cpu: $cpu; bf16 flags: ${flags:-none}; $threads threads; $("$build/tools/normlab" version | grep '^train.precision')"
+printf 'training step, %s: d_model %s, %s layers, d_ff %s, %s x %s tokens a step, %s runs x %s steps (+%s warm-up)\n' \
+  "$scheme" "$d" "$L" "$F" "$micro" "$T" "$repeats" "$steps" "$warmup"
+
+run_side() {  # side -> step seconds of the timed steps, one per line
+  local side=$1
+  case $side in
+    bf16|fp32)
+      rm -rf "$work/run"
+      "$build/tools/normlab" train --config "$config" --set model.scheme="$scheme" \
+        --set model.d_model=$d --set model.n_layers=$L --set model.n_heads=$H --set model.d_ff=$F \
+        --set train.precision=$side --set train.steps=$total --set train.global_batch=$micro \
+        --set train.micro_batch=$micro --set eval.every=0 --set eval.batches=1 \
+        --set checkpoint.every=0 --set logging.every=1000 --out "$work/run" >"$work/log" 2>&1 \
+        || { cat "$work/log" >&2; exit 1; }
+      "$py" -c 'import json,sys
+for l in open(sys.argv[1]):
+    j = json.loads(l)
+    if j["step"] > int(sys.argv[2]): print(j["step_seconds"])' "$work/run/metrics.jsonl" "$warmup" ;;
+    eager|compile)
+      local flag=(); [ "$side" = compile ] && flag=(--compile)
+      (cd "$root/tools/bench" && "$py" reference_train.py --shard "$shard" --scheme "$scheme" \
+        --d-model $d --n-layers $L --n-heads $H --d-ff $F --vocab $V --seq $T --micro $micro \
+        --steps $steps --warmup $warmup --device cpu --threads $threads "${flag[@]}") >"$work/log" 2>&1 \
+        || { cat "$work/log" >&2; exit 1; }
+      awk '$1 == "step" {print $2}' "$work/log" ;;
+    *) echo "bf16_bench: unknown side '$side' (bf16, fp32, eager, compile)" >&2; exit 2 ;;
+  esac
+}
+
+for side in ${sides//,/ }; do : > "$work/times_$side"; done
+for ((r = 0; r < repeats; r++)); do
+  for side in ${sides//,/ }; do run_side "$side" >> "$work/times_$side"; done
+done
+printf "  %-26s %10s %10s %14s %14s\n" side "best (s)" "median (s)" "best / bf16" "median / bf16"
+base_b="" base_m=""
+if [ -s "$work/times_bf16" ]; then
+  base_b=$(sort -g "$work/times_bf16" | head -1) base_m=$(median < "$work/times_bf16")
+fi
+for side in ${sides//,/ }; do
+  b=$(sort -g "$work/times_$side" | head -1) m=$(median < "$work/times_$side")
+  case $side in
+    bf16) name="normlab bf16" ;; fp32) name="normlab fp32" ;;
+    eager) name="PyTorch eager bf16 autocast" ;; compile) name="torch.compile bf16 autocast" ;;
+  esac
+  awk -v n="$name" -v b="$b" -v m="$m" -v bb="$base_b" -v bm="$base_m" 'BEGIN {
+    if (bb == "") printf "  %-26s %10.3f %10.3f\n", n, b, m
+    else printf "  %-26s %10.3f %10.3f %13.2fx %13.2fx\n", n, b, m, b / bb, m / bm }'
+done
