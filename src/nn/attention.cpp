@@ -1,11 +1,32 @@
 #include "normlab/nn/attention.h"
 
 #include <ATen/SDPBackend.h>
+#include <ATen/Version.h>
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <cmath>
+#include <optional>
+
+#include "normlab/nn/autocast.h"
 
 namespace normlab {
+namespace {
+
+// PyTorch 2.11's CPU flash attention in bf16 (and fp16) packs its operands for AMX whenever the
+// CPU has AMX, with code that only its AVX-512 kernels contain: with ATen's kernels lowered
+// (ATEN_CPU_CAPABILITY=avx2 or default) on such a CPU it throws "pack_vnni2 is only supported
+// when avx512 is supported". Where the kernels are lowered, attention on the CPU under autocast
+// or in a reduced dtype runs in fp32 instead.
+bool cpu_reduced_attention_fails(const torch::Tensor& q) {
+  if (!q.is_cpu()) return false;
+  const bool reduced = q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kHalf ||
+                       at::autocast::is_autocast_enabled(at::kCPU);
+  static const bool lowered = at::get_cpu_capability() != "AVX512";  // fixed for the process
+  return reduced && lowered;
+}
+
+}  // namespace
 
 AttentionOptions attention_options(const ModelConfig& cfg, torch::Device device) {
   return AttentionOptions(cfg.d_model, cfg.n_heads)
@@ -77,10 +98,17 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
       }
     }
   }
-  const torch::Tensor y = at::scaled_dot_product_attention(
-      q, k, v, mask.defined() ? std::optional<torch::Tensor>(mask) : std::nullopt,
+  const bool upcast = cpu_reduced_attention_fails(q);
+  std::optional<NoAutocast> fp32;
+  if (upcast) fp32.emplace();
+  torch::Tensor y = at::scaled_dot_product_attention(
+      upcast ? q.to(torch::kFloat) : q, upcast ? k.to(torch::kFloat) : k,
+      upcast ? v.to(torch::kFloat) : v,
+      mask.defined() ? std::optional<torch::Tensor>(mask) : std::nullopt,
       /*dropout_p=*/0.0, /*is_causal=*/causal,
       /*scale=*/1.0 / std::sqrt(static_cast<double>(D)), /*enable_gqa=*/Hk != H);
+  if (upcast) y = y.to(q.scalar_type());
+  fp32.reset();
   return out(y.transpose(1, 2).reshape({B, T, H * D}));
 }
 

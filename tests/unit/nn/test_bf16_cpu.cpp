@@ -12,6 +12,7 @@
 #include "bf16_checks.h"
 #include "nn/schemes/hyper_connection.h"
 #include "normlab/nn/activation_checkpointing.h"
+#include "normlab/nn/attention.h"
 #include "normlab/nn/autocast.h"
 #include "normlab/nn/fused.h"
 #include "normlab/nn/model.h"
@@ -37,6 +38,26 @@ TEST(Bf16Cpu, LinearComputesInBf16UnderCpuAutocast) {
                                        w.to(torch::kBFloat16).to(torch::kFloat).t());
   EXPECT_TRUE(test::close(bf16.to(torch::kFloat), want, 1e-2));
   EXPECT_FALSE(at::autocast::is_autocast_enabled(at::kCPU));  // the guard restored the state
+}
+
+// Attention at a size where the CPU's flash kernel packs bf16 for AMX (64 positions of 16): it
+// runs forward and backward under CPU autocast with ATen's kernels at any level (.ci/run lowers
+// them to AVX2 and to the portable ones, where PyTorch's kernel would throw on an AMX CPU), and
+// agrees with fp32 within bf16 precision.
+TEST(Bf16Cpu, AttentionRunsUnderCpuAutocastAtEveryKernelLevel) {
+  torch::manual_seed(4);
+  Attention attn(AttentionOptions(64, 4));
+  const torch::Tensor x = torch::randn({2, 64, 64}, torch::requires_grad());
+  const torch::Tensor fp32 = attn(x);
+  torch::Tensor bf16;
+  {
+    AutocastGuard autocast(at::kCPU, true);
+    bf16 = attn(x);
+  }
+  EXPECT_EQ(bf16.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(test::close(bf16.to(torch::kFloat), fp32, 5e-2));
+  bf16.to(torch::kFloat).pow(2).sum().backward();
+  EXPECT_TRUE(x.grad().isfinite().all().item<bool>());
 }
 
 // Every scheme under CPU autocast: the residual streams the forward reports stay fp32 (a bf16
