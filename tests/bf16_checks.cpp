@@ -14,8 +14,10 @@
 
 namespace normlab::test {
 
-void expect_stream_fp32_under_bf16_autocast(const ModelConfig& c, std::string_view stream,
-                                            torch::Device device) {
+namespace {
+
+// The residual stream the forward reports as `stream` stays fp32 under autocast on `device`.
+void expect_stream_fp32(const ModelConfig& c, std::string_view stream, torch::Device device) {
   torch::manual_seed(3);
   DecoderLM m(c);
   m->to(device);
@@ -33,6 +35,22 @@ void expect_stream_fp32_under_bf16_autocast(const ModelConfig& c, std::string_vi
   EXPECT_EQ(state.dim(), 4);
   EXPECT_EQ(state.scalar_type(), torch::kFloat);
   EXPECT_TRUE(close(bf16.to(torch::kFloat).cpu(), fp32.cpu(), 5e-2));
+}
+
+}  // namespace
+
+void expect_hyper_streams_fp32_under_bf16_autocast(torch::Device device) {
+  for (const HyperVariant v : {HyperVariant::Hc, HyperVariant::Mhc}) {
+    SCOPED_TRACE(enum_name(v));
+    ModelConfig hyper = tiny_config(Scheme::Hyper);
+    hyper.hyper.n = 4;
+    hyper.hyper.variant = v;
+    expect_stream_fp32(hyper, "x", device);
+    ModelConfig siamese = tiny_config(Scheme::SiameseHybrid);
+    siamese.siamese.hyper.n = 4;
+    siamese.siamese.hyper.variant = v;
+    expect_stream_fp32(siamese, "y", device);
+  }
 }
 
 void expect_chunked_loss_matches_plain_under_bf16(torch::Device device) {

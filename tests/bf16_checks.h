@@ -11,11 +11,10 @@
 
 namespace normlab::test {
 
-/// The residual stream the forward reports as `stream` (Hyper-Connections' "x", SiameseNorm x
-/// HC's "y": shape B, T, n, d) stays fp32 under bf16 autocast on `device`, and the logits stay
-/// within 5e-2 (relative to their largest) of the fp32 model's.
-void expect_stream_fp32_under_bf16_autocast(const ModelConfig& c, std::string_view stream,
-                                            torch::Device device);
+/// The n hyper-streams of `hyper` ("x") and of SiameseNorm x HC ("y", shape B, T, n, d), with HC
+/// and mHC connections of 4 streams, stay fp32 under bf16 autocast on `device`, and the logits
+/// stay within 5e-2 (relative to their largest) of the fp32 model's.
+void expect_hyper_streams_fp32_under_bf16_autocast(torch::Device device);
 
 /// The chunked loss (7 rows a chunk) and the plain one agree under bf16 autocast on `device`:
 /// loss within 1e-3 relative, every gradient within 3e-2.

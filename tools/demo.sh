@@ -32,8 +32,10 @@ phase data
 
 sets=()
 for s in ${DEMO_SET:-}; do sets+=(--set "$s"); done
+# train.precision = auto: bf16 autocast on a CPU with AMX or AVX512-BF16, else fp32 (the log's
+# "precision:" line says which and why).
 "$normlab" train --config configs/small/lm.yaml --set model.scheme=siamese_hybrid \
-  --out runs/demo --resume "${sets[@]}"
+  --set train.precision=auto --out runs/demo --resume "${sets[@]}"
 "$normlab" export --checkpoint runs/demo --out runs/demo/export
 phase training
 

@@ -9,12 +9,14 @@
 #   5. the tables and plots into docs/results/cpu_scale/ (tools/repro_cpu_report.py).
 # Everything is resumable: run it again after an interruption and finished runs are kept.
 # The runs use an installed copy of normlab (WORK/prefix), so rebuilding build/ meanwhile is safe.
-# About 75 minutes on 2 cores. Env: NORMLAB_REPRO_DIR (default runs/repro_cpu), NORMLAB_JOBS (2).
+# About 75 minutes on 2 cores. Env: NORMLAB_REPRO_DIR (default runs/repro_cpu), NORMLAB_JOBS (2),
+# NORMLAB_REPRO_PRECISION (train.precision, default auto; the published tables are fp32).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 work=${NORMLAB_REPRO_DIR:-$root/runs/repro_cpu}
 jobs=${NORMLAB_JOBS:-2}
+precision=${NORMLAB_REPRO_PRECISION:-auto}  # auto: bf16 on a CPU with native bf16, else fp32
 out=$root/docs/results/cpu_scale
 start=$(date +%s)
 
@@ -22,7 +24,8 @@ tools/build.sh > /dev/null
 tools/prepare_corpus.sh > /dev/null
 cmake --install build --prefix "$work/prefix" > /dev/null
 n=$work/prefix/bin/normlab
-sweep=(sweep --sweep configs/sweeps/cpu_scale.yaml --jobs "$jobs" --no-plots)
+sweep=(sweep --sweep configs/sweeps/cpu_scale.yaml --jobs "$jobs" --no-plots
+       --set train.precision="$precision")
 
 echo "== 1. learning-rate sweep, seed 0"
 "$n" "${sweep[@]}" --out "$work/sweep"

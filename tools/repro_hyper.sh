@@ -10,13 +10,15 @@
 # Resumable: run it again after an interruption and finished runs are kept. The runs use an
 # installed copy of normlab (WORK/prefix), so rebuilding build/ meanwhile is safe.
 # 64 minutes per seed on a shared 2-core machine (2026-12-05). Env: NORMLAB_REPRO_DIR (default runs/repro_hyper),
-# NORMLAB_JOBS (2), NORMLAB_REPRO_SEEDS (0).
+# NORMLAB_JOBS (2), NORMLAB_REPRO_SEEDS (0), NORMLAB_REPRO_PRECISION (train.precision, default
+# auto; the published tables are fp32).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 work=${NORMLAB_REPRO_DIR:-$root/runs/repro_hyper}
 jobs=${NORMLAB_JOBS:-2}
 seeds=${NORMLAB_REPRO_SEEDS:-0}
+precision=${NORMLAB_REPRO_PRECISION:-auto}  # auto: bf16 on a CPU with native bf16, else fp32
 out=$root/docs/results/hyper_cpu_scale
 start=$(date +%s)
 
@@ -25,7 +27,7 @@ tools/prepare_corpus.sh > /dev/null
 cmake --install build --prefix "$work/prefix" > /dev/null
 n=$work/prefix/bin/normlab
 sweep=(sweep --sweep configs/sweeps/cpu_scale.yaml --seed "$seeds" --jobs "$jobs" --no-plots
-       --set logging.every=10)
+       --set logging.every=10 --set train.precision="$precision")
 dhc2=(--set model.hyper.n=2 --set model.hyper.dynamic=true --set model.hyper.tanh=true)
 siamese_dhc2=(--set model.siamese.hyper.n=2 --set model.siamese.hyper.dynamic=true
               --set model.siamese.hyper.tanh=true)

@@ -117,24 +117,9 @@ TEST(Bf16Cpu, HyperConnectionsComputeInFp32UnderBf16Autocast) {
   }
 }
 
-TEST(Bf16Cpu, HyperKeepsItsStreamsFp32UnderBf16Autocast) {
-  for (const HyperVariant v : {HyperVariant::Hc, HyperVariant::Mhc}) {
-    SCOPED_TRACE(enum_name(v));
-    ModelConfig c = test::tiny_config(Scheme::Hyper);
-    c.hyper.n = 4;
-    c.hyper.variant = v;
-    test::expect_stream_fp32_under_bf16_autocast(c, "x", torch::kCPU);
-  }
-}
-
-TEST(Bf16Cpu, SiameseHyperKeepsItsYStreamsFp32UnderBf16Autocast) {
-  for (const HyperVariant v : {HyperVariant::Hc, HyperVariant::Mhc}) {
-    SCOPED_TRACE(enum_name(v));
-    ModelConfig c = test::tiny_config(Scheme::SiameseHybrid);
-    c.siamese.hyper.n = 4;
-    c.siamese.hyper.variant = v;
-    test::expect_stream_fp32_under_bf16_autocast(c, "y", torch::kCPU);
-  }
+// The n hyper-streams of `hyper` and of SiameseNorm x HC stay fp32 (the branches run in bf16).
+TEST(Bf16Cpu, HyperStreamsStayFp32UnderBf16Autocast) {
+  test::expect_hyper_streams_fp32_under_bf16_autocast(torch::kCPU);
 }
 
 TEST(Bf16Cpu, ChunkedLossMatchesThePlainOneUnderBf16Autocast) {
