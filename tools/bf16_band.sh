@@ -5,12 +5,12 @@
 # step by step, the bf16 curve with the fp32 curve of the same seed (same initial weights, same
 # batches) and sets that gap against the gap between the two fp32 seeds (the band). Two runs at a
 # time. Resumable (finished runs are kept). Env: NORMLAB_REPRO_DIR (default runs/bf16_band).
-# Usage: tools/bf16_band.sh [STEPS=100] [SCHEMES=every scheme but hyper]
+# Usage: tools/bf16_band.sh [STEPS=100] [SCHEMES=the seven schemes of the paper's comparison]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 steps=${1:-100}
-schemes=${2:-pre_norm,post_norm,deep_norm,hybrid_norm,hybrid_norm_star,peri_norm,mix_ln,resi_dual,siamese,siamese_hybrid}
+schemes=${2:-pre_norm,post_norm,deep_norm,hybrid_norm,resi_dual,siamese,siamese_hybrid}
 work=${NORMLAB_REPRO_DIR:-$root/runs/bf16_band}
 start=$(date +%s)
 tools/prepare_corpus.sh > /dev/null

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """The table of tools/repro_bf16.sh: final validation perplexity of each model and peak learning
-rate in bf16 (the sweeps under WORK) beside fp32 (the published CPU-scale tables), with each
+rate in bf16 (the sweeps under WORK) beside fp32 (the published CPU-scale tables: pre_norm,
+siamese_hybrid and the Hyper-Connections models from hyper_cpu_scale/runs.csv, post_norm and
+deep_norm from cpu_scale/sweep.csv, whose initial weights differ in their last bits), with each
 run's status, spikes and largest gradient norm. Prints markdown.
 
 Usage: repro_bf16_report.py WORK
@@ -14,10 +16,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LRS = ["1e-3", "3e-3", "1e-2", "3e-2"]
 # model -> (sweep folder under WORK, scheme, fp32 table, its key column, its key)
 MODELS = [
-    ("pre_norm", "schemes", "pre_norm", "cpu_scale/sweep.csv", "scheme", "pre_norm"),
+    # pre_norm and siamese_hybrid from the Hyper-Connections study: drawn with today's
+    # initialisation (float64, rounded); post_norm and deep_norm exist only in the first study.
+    ("pre_norm", "schemes", "pre_norm", "hyper_cpu_scale/runs.csv", "model", "pre_norm"),
     ("post_norm", "schemes", "post_norm", "cpu_scale/sweep.csv", "scheme", "post_norm"),
     ("deep_norm", "schemes", "deep_norm", "cpu_scale/sweep.csv", "scheme", "deep_norm"),
-    ("siamese_hybrid", "schemes", "siamese_hybrid", "cpu_scale/sweep.csv", "scheme", "siamese_hybrid"),
+    ("siamese_hybrid", "schemes", "siamese_hybrid", "hyper_cpu_scale/runs.csv", "model", "siamese_hybrid"),
     ("hyper 2xDHC", "hyper_dhc2", "hyper", "hyper_cpu_scale/runs.csv", "model", "hyper 2xDHC"),
     ("siamese_hybrid x 2xDHC", "siamese_hybrid_dhc2", "siamese_hybrid", "hyper_cpu_scale/runs.csv", "model",
      "siamese_hybrid x 2xDHC"),

@@ -15,7 +15,9 @@ struct PrecisionChoice {
   bool bf16 = false;    // bf16 autocast on the run's device, fp32 master weights
   bool fp64 = false;    // weights, optimizer state and activations in float64
   std::string name;     // "bf16", "fp32" or "fp64"
-  std::string reason;   // why, for the run log: "auto: this CPU computes bf16 natively (AMX)"
+  std::string reason;   // what and why, for the run log: "bf16 autocast on the CPU with fp32
+                        // weights and optimizer state; train.precision = auto and this CPU
+                        // computes bf16 natively (AMX)"
   std::string warning;  // non-empty when the choice runs but slowly (bf16 emulated on this CPU)
 };
 

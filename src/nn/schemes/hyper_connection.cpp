@@ -8,9 +8,9 @@
 
 #include <torch/torch.h>
 
-#include "normlab/nn/autocast.h"
-
 #include <cmath>
+
+#include "normlab/nn/autocast.h"
 
 namespace normlab::schemes {
 namespace {
