@@ -89,6 +89,7 @@ set(NORMLAB_SOURCES
   util/cpu_allocator.cpp
   util/device.cpp
   util/file_io.cpp
+  util/output_contract.cpp
   util/safetensors.cpp
   util/safetensors_format.cpp
   util/tensorboard.cpp
