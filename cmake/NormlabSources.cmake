@@ -78,6 +78,7 @@ set(NORMLAB_SOURCES
   train/export_hf.cpp
   train/olmo_checkpoint.cpp
   train/optimizer.cpp
+  train/run_folder.cpp
   train/run_summary.cpp
   train/schedule.cpp
   train/stability.cpp

@@ -232,6 +232,10 @@ TEST(CheckOutputPath, RefusesEmptyTheInputInsideTheInputAndProtectedFolders) {
             }).find("exists and is a file"),
             std::string::npos);
   EXPECT_NO_THROW(check_output_path("--out", (dir.path / "file").string(), {}, false));
+  EXPECT_NE(os_error([&] {
+              check_output_path("--out", in.string(), {}, false);
+            }).find("--out " + in.string() + ": exists and is a folder; --out names a file"),
+            std::string::npos);
   EXPECT_FALSE(fs::exists(dir.path / "runx"));  // nothing created
 }
 
