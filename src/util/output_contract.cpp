@@ -43,8 +43,20 @@ std::string join(const std::vector<std::string>& names) {
 std::string protected_folder_kind(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return "";
-  if (fs::is_regular_file(fs::path(dir) / "state.json", ec)) return "a checkpoint folder";
-  if (fs::is_regular_file(fs::path(dir) / "index.json", ec)) return "a token-shard folder";
+  const bool state = fs::is_regular_file(fs::path(dir) / "state.json", ec);
+  const bool index = fs::is_regular_file(fs::path(dir) / "index.json", ec);
+  if (!state && !index) return "";
+  // With the files beside it that only those writers make: model.safetensors (or a rank's
+  // model.rank-*.safetensors), or train-NNNNN.bin / val-NNNNN.bin shards. A state.json or an
+  // index.json alone (a web project's) protects nothing.
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const bool bin = name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0;
+    if (state && name.rfind("model", 0) == 0 && e.path().extension() == ".safetensors")
+      return "a checkpoint folder";
+    if (index && bin && (name.rfind("train-", 0) == 0 || name.rfind("val-", 0) == 0))
+      return "a token-shard folder";
+  }
   return "";
 }
 

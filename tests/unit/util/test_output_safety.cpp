@@ -210,6 +210,11 @@ TEST(CheckOutputPath, RefusesEmptyTheInputInsideTheInputAndProtectedFolders) {
   const fs::path ckpt = in / "checkpoints/step-00000002";
   os_put(ckpt / "state.json", "{}");
   os_put(dir.path / "shards/index.json", "{}");
+  // Alone, a state.json or an index.json (a web project's) protects nothing.
+  EXPECT_EQ(protected_folder_kind(ckpt.string()), "");
+  EXPECT_EQ(protected_folder_kind((dir.path / "shards").string()), "");
+  os_put(ckpt / "model.safetensors", "weights");
+  os_put(dir.path / "shards/val-00000.bin", "tokens");
   EXPECT_EQ(protected_folder_kind(ckpt.string()), "a checkpoint folder");
   EXPECT_EQ(protected_folder_kind((dir.path / "shards").string()), "a token-shard folder");
   EXPECT_EQ(protected_folder_kind(in.string()), "");
