@@ -45,6 +45,12 @@ std::string protected_folder_kind(const std::string& dir) {
   if (!fs::is_directory(dir, ec)) return "";
   const bool state = fs::is_regular_file(fs::path(dir) / "state.json", ec);
   const bool index = fs::is_regular_file(fs::path(dir) / "index.json", ec);
+  if (fs::path(dir).filename() == "checkpoints") {  // a run's: step-N folders of checkpoints
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().filename().string().rfind("step-", 0) == 0 &&
+          protected_folder_kind(e.path().string()) == "a checkpoint folder")
+        return "a run's checkpoints folder";
+  }
   if (!state && !index) return "";
   // With the files beside it that only those writers make: model.safetensors (or a rank's
   // model.rank-*.safetensors), or train-NNNNN.bin / val-NNNNN.bin shards. A state.json or an

@@ -272,6 +272,8 @@ done
 for cmd in tok_cmd exp_normlab an_cmd sweep_cmd; do
   run_with "$cmd" "$shards" refused "$cmd --out SHARDS" "$shards" "is a token-shard folder"
 done
+# A run's checkpoints/ folder is the run's: refused too.
+refused "export --out RUN/checkpoints" "$work/run/checkpoints" "is a run's checkpoints folder" "${exp_normlab[@]/#OUT/$work/run/checkpoints}"
 # eval --out and generate --logits-out name files: a file of the user's, one inside a
 # checkpoint folder, and ''.
 for cmd in eval_cmd gen_cmd; do

@@ -30,7 +30,8 @@ struct OutputInput {
 
 /// What kind of protected folder `dir` is: "a checkpoint folder" when it holds the state.json
 /// that checkpoint_save writes last beside a model*.safetensors, "a token-shard folder" when it
-/// holds the index.json that data prepare writes beside a train-*.bin or val-*.bin shard; ""
+/// holds the index.json that data prepare writes beside a train-*.bin or val-*.bin shard, "a
+/// run's checkpoints folder" for a checkpoints/ folder holding a step-N checkpoint folder; ""
 /// otherwise (a state.json or an index.json alone, such as a web project's).
 std::string protected_folder_kind(const std::string& dir);
 

@@ -218,6 +218,11 @@ TEST(CheckOutputPath, RefusesEmptyTheInputInsideTheInputAndProtectedFolders) {
   EXPECT_EQ(protected_folder_kind(ckpt.string()), "a checkpoint folder");
   EXPECT_EQ(protected_folder_kind((dir.path / "shards").string()), "a token-shard folder");
   EXPECT_EQ(protected_folder_kind(in.string()), "");
+  EXPECT_EQ(protected_folder_kind((in / "checkpoints").string()), "a run's checkpoints folder");
+  EXPECT_NE(os_error([&] {
+              check_output_path("--out", (in / "checkpoints").string(), {});
+            }).find(": is a run's checkpoints folder"),
+            std::string::npos);
   EXPECT_NE(os_error([&] {
               check_output_path("--out", ckpt.string(), {});
             }).find(": is a checkpoint folder"),
