@@ -79,6 +79,7 @@ set(NORMLAB_SOURCES
   train/olmo_checkpoint.cpp
   train/optimizer.cpp
   train/precision.cpp
+  train/run_folder.cpp
   train/run_summary.cpp
   train/schedule.cpp
   train/stability.cpp
@@ -90,6 +91,7 @@ set(NORMLAB_SOURCES
   util/cpu_allocator.cpp
   util/device.cpp
   util/file_io.cpp
+  util/output_contract.cpp
   util/safetensors.cpp
   util/safetensors_format.cpp
   util/tensorboard.cpp

@@ -29,7 +29,12 @@ if ((force)) || [ ! -s "$out/corpus.txt" ]; then
   mv "$out/corpus.txt.tmp" "$out/corpus.txt"
 fi
 if ((force)) || [ ! -s "$out/tokenizer.model" ]; then
-  "$normlab" tokenizer train --input "$out/corpus.txt" --vocab-size 4096 --model-type bpe --out "$out"
+  # A tokenizer that shards were prepared with is never replaced: --force rebuilds both, so the
+  # shards (this script's own, rebuilt below) go first; --overwrite replaces its earlier files.
+  again=()
+  if ((force)); then rm -rf "$out/shards"; again=(--overwrite); fi
+  "$normlab" tokenizer train --input "$out/corpus.txt" --vocab-size 4096 --model-type bpe --out "$out" \
+    "${again[@]}"
 fi
 if ((force)) || [ ! -s "$out/shards/index.json" ]; then
   "$normlab" data prepare --tokenizer "$out/tokenizer.model" --input "$out/corpus.txt" --out "$out/shards" \

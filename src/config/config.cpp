@@ -1,8 +1,13 @@
 #include "normlab/config/config.h"
-#include "normlab/util/error.h"
 
 #include <sstream>
 #include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "config/config_codec.h"
+#include "config/config_schema.h"
+#include "normlab/util/error.h"
 
 namespace normlab {
 namespace {
@@ -15,10 +20,50 @@ void require(bool ok, const char* key, const T& value, const std::string& rule) 
   throw ConfigError(msg.str());
 }
 
+// Every key of a section with its value as text (config_schema.h), to compare with the defaults.
+struct KeyTexts {
+  std::string prefix;
+  std::vector<std::pair<std::string, std::string>> keys;
+  template <class T>
+  void operator()(const char* key, T& field, const char*) {
+    keys.emplace_back(prefix + key, config_codec::to_text(field));
+  }
+  template <class S>
+  void section(const char* key, S& sub, const char*) {
+    KeyTexts child{prefix + key + ".", {}};
+    config_schema::visit(child, sub);
+    keys.insert(keys.end(), child.keys.begin(), child.keys.end());
+  }
+};
+
+// A section that only some schemes read, given a value other than its default on another
+// scheme, would be ignored without a word: refused, naming the key and the schemes that read it.
+// (Its defaults pass: the resolved config.yaml writes every key.)
+template <class S>
+void require_read(S section, const std::string& prefix, bool read, const char* readers,
+                  Scheme scheme) {
+  if (read) return;
+  KeyTexts given{prefix, {}}, defaults{prefix, {}};
+  S fresh;
+  config_schema::visit(given, section);
+  config_schema::visit(defaults, fresh);
+  for (size_t i = 0; i < given.keys.size(); ++i)
+    if (given.keys[i].second != defaults.keys[i].second)
+      throw ConfigError(given.keys[i].first + " = " + given.keys[i].second + ": read only by " +
+                        readers + ", not by model.scheme = " + std::string(enum_name(scheme)) +
+                        ": remove it, or set model.scheme to a scheme that reads it");
+}
+
 }  // namespace
 
 void validate(const RunConfig& c) {
   validate(c.model);
+  const Scheme scheme = c.model.scheme;
+  require_read(c.model.hyper, "model.hyper.", scheme == Scheme::Hyper, "model.scheme = hyper",
+               scheme);
+  require_read(c.model.siamese.hyper, "model.siamese.hyper.",
+               scheme == Scheme::Siamese || scheme == Scheme::SiameseHybrid,
+               "model.scheme = siamese or siamese_hybrid", scheme);
   require(c.data.seq_len > 0, "data.seq_len", c.data.seq_len, "must be positive");
   require(c.data.val.size() <= 1, "data.val", sources_text(c.data.val),
           "one source (a mixture is for data.train)");

@@ -19,6 +19,7 @@
 #include "normlab/data/text_input.h"
 #include "normlab/data/tokenizer.h"
 #include "normlab/util/file_io.h"
+#include "normlab/util/output_contract.h"
 
 namespace normlab {
 namespace fs = std::filesystem;
@@ -249,14 +250,18 @@ PrepareSummary data_prepare(const PrepareOptions& o) {
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
-  if (o.out_dir.empty()) throw InputError("data prepare: no output folder (--out)");
+  {  // the output contract (util/output_contract.h), before any work
+    std::vector<OutputInput> inputs = {{"--tokenizer", o.tokenizer}};
+    for (const std::string& in : o.inputs)
+      if (in.find_first_of("*?[") == std::string::npos) inputs.push_back({"--input", in});
+    check_output_path("--out", o.out_dir, inputs, true, "a token-shard folder");
+  }
   if (o.val_fraction < 0.0 || o.val_fraction >= 1.0)
     throw InputError("--val-fraction " + std::to_string(o.val_fraction) + ": must lie in [0, 1)");
   if (o.threads < 1)
     throw InputError("--threads " + std::to_string(o.threads) + ": must be at least 1");
   if (o.shard_tokens < 1) throw InputError("--shard-tokens must be at least 1");
 
-  check_output_folder(o.out_dir);
   const Tokenizer tok(o.tokenizer);
   const std::vector<std::string> files = expand_inputs(o.inputs);
   const fs::path out(o.out_dir);

@@ -10,8 +10,10 @@
 #include <unordered_map>
 
 #include "data/hf_tokenizer.h"
+#include "normlab/data/shard.h"
 #include "normlab/data/text_input.h"
 #include "normlab/util/file_io.h"
+#include "normlab/util/output_contract.h"
 
 namespace normlab {
 namespace {
@@ -230,6 +232,32 @@ std::string train_error(const std::string& what, const TokenizerTrainOptions& o)
          coverage.str() + ")";
 }
 
+// A tokenizer that token shards were prepared with (an index.json in the folder or in a folder
+// inside it names it) is never replaced: the shards' ids are its pieces.
+void check_not_in_use(const std::string& out_dir) {
+  namespace fs = std::filesystem;
+  const fs::path model = fs::path(out_dir) / "tokenizer.model";
+  std::error_code ec;
+  if (!fs::exists(model, ec)) return;
+  std::vector<fs::path> folders = {fs::path(out_dir)};
+  for (const auto& e : fs::directory_iterator(out_dir, ec))
+    if (e.is_directory(ec)) folders.push_back(e.path());
+  for (const fs::path& dir : folders) {
+    if (!fs::is_regular_file(dir / "index.json", ec)) continue;
+    std::string used;
+    try {
+      used = shard_index_read(dir.string()).tokenizer_file;
+    } catch (const std::exception&) {
+      continue;  // not an index of ours: it names no tokenizer
+    }
+    if (!used.empty() && fs::equivalent(used, model, ec))
+      throw TokenizerError("--out " + out_dir + ": " + model.string() +
+                           " is the tokenizer the shards of " + dir.string() +
+                           " were prepared with (their index.json names it); a new one would not "
+                           "match them: choose another --out (nothing was changed)");
+  }
+}
+
 }  // namespace
 
 std::string tokenizer_train(const TokenizerTrainOptions& o) {
@@ -239,8 +267,8 @@ std::string tokenizer_train(const TokenizerTrainOptions& o) {
                          std::to_string(kMinVocabSize) +
                          " (3 special pieces, 256 byte pieces and one piece for each character "
                          "of the text, the word boundary included: 259 + the characters)");
-  if (o.out_dir.empty()) throw TokenizerError("tokenizer train: no output folder (--out)");
-  check_output_folder(o.out_dir);  // before any work: a file there stays as it is
+  check_output_path("--out", o.out_dir, {});  // before any work (util/output_contract.h)
+  check_not_in_use(o.out_dir);
   const std::vector<std::string> files = expand_inputs(o.inputs);
 
   // Reservoir sample of the input lines (deterministic for a seed).
@@ -286,6 +314,7 @@ std::string tokenizer_train(const TokenizerTrainOptions& o) {
   if (!status.ok()) throw TokenizerError(train_error(status.ToString(), o));
 
   std::filesystem::create_directories(o.out_dir);
+  if (o.contract) o.contract->keep_previous();  // both files are replaced by a rename
   const std::string model_path = (std::filesystem::path(o.out_dir) / "tokenizer.model").string();
   write_file_atomic(model_path, [&](FileWriter& w) { w.write(model); });
   std::string vocab;
@@ -299,6 +328,7 @@ std::string tokenizer_train(const TokenizerTrainOptions& o) {
   }
   write_file_atomic((std::filesystem::path(o.out_dir) / "tokenizer.vocab").string(),
                     [&](FileWriter& w) { w.write(vocab); });
+  if (o.contract) o.contract->record({"tokenizer.model", "tokenizer.vocab"});
   return model_path;
 }
 

@@ -327,4 +327,9 @@ std::string diagnostics_json(const DiagnosticsReport& r) {
   return j.dump();
 }
 
+std::vector<std::string> diagnostics_plot_files() {
+  return {"stream_norms.png", "grad_norms.png",  "gains.png", "logit_lens.png",
+          "pruning.png",      "moe_routing.png", "hyper.png"};
+}
+
 }  // namespace normlab

@@ -126,12 +126,12 @@ class SweepRunner {
          : pl_.env.count("OMP_NUM_THREADS")
              ? ", " + pl_.env.at("OMP_NUM_THREADS") + " thread(s) each"
              : ""));
-    write_sweep_reports(o_.out, points_);
+    write_sweep_reports(o_.out, points_, o_.contract);
     while (poll()) {
     }
     outcome_.interrupted += static_cast<int>(todo_.size() - next_);  // never launched
     if (asha_ && signalled_ == 0) mark_stopped();
-    write_sweep_reports(o_.out, points_);
+    write_sweep_reports(o_.out, points_, o_.contract);
     return outcome_;
   }
 
@@ -302,7 +302,7 @@ class SweepRunner {
       asha_->report(c.point, *asha_->rung_of(c.target), *v);
       say("rung " + std::to_string(c.target) + ": " + p.name + " val loss " + format_number(*v, 4) +
           " (" + format_number(secs, 0) + " s)");
-      write_sweep_reports(o_.out, points_);
+      write_sweep_reports(o_.out, points_, o_.contract);
       return;
     }
     if (code == exit_code(RunStatus::Completed) || code == exit_code(RunStatus::Diverged) ||
@@ -331,7 +331,7 @@ class SweepRunner {
     ++done_;
     say("[" + std::to_string(done_) + "/" + std::to_string(todo_.size() + followed_) + "] " +
         p.name + ": " + what + " (" + format_number(secs, 0) + " s)");
-    write_sweep_reports(o_.out, points_);
+    write_sweep_reports(o_.out, points_, o_.contract);
   }
 
   const SweepSpec& spec_;

@@ -14,6 +14,7 @@
 #include "normlab/sweep/sweep_manifest.h"
 #include "normlab/train/run_summary.h"
 #include "normlab/util/file_io.h"
+#include "normlab/util/output_contract.h"
 
 namespace normlab {
 namespace fs = std::filesystem;
@@ -275,8 +276,13 @@ std::string sweep_json(const std::vector<PointResult>& rs, const std::string& ti
   return j.dump(2) + "\n";
 }
 
+std::vector<std::string> sweep_report_files() {
+  return {"summary.md", "summary.csv", "summary.json"};
+}
+
 std::vector<PointResult> write_sweep_reports(const std::string& sweep_dir,
-                                             const std::vector<SweepPoint>& points) {
+                                             const std::vector<SweepPoint>& points,
+                                             OutputFiles* contract) {
   std::vector<PointResult> rs;
   for (const auto& p : points)
     rs.push_back(read_point_result((fs::path(sweep_dir) / "runs" / p.name).string(), p));
@@ -290,9 +296,11 @@ std::vector<PointResult> write_sweep_reports(const std::string& sweep_dir,
   }
   const std::string md = sweep_markdown(rs, title), csv = sweep_csv(rs), js = sweep_json(rs, title);
   const fs::path d(sweep_dir);
+  if (contract) contract->keep_previous(/*by_link=*/true, sweep_report_files());
   write_file_atomic((d / "summary.md").string(), [&](FileWriter& w) { w.write(md); });
   write_file_atomic((d / "summary.csv").string(), [&](FileWriter& w) { w.write(csv); });
   write_file_atomic((d / "summary.json").string(), [&](FileWriter& w) { w.write(js); });
+  if (contract) contract->record(sweep_report_files());
   return rs;
 }
 

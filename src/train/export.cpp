@@ -59,7 +59,7 @@ nlohmann::json model_keys_json(const ModelConfig& model) {
 }
 
 std::string export_model(const std::string& source, const std::string& out_dir, WriteFault* fault,
-                         std::vector<std::string>* written) {
+                         std::vector<std::string>* written, OutputFiles* contract) {
   const std::string ckpt_dir = checkpoint_folder_of(source);
   const Checkpoint ck = checkpoint_consolidate(ckpt_dir);  // a whole checkpoint loads as it is
   const std::string config_path = (fs::path(ckpt_dir) / "config.yaml").string();
@@ -73,7 +73,7 @@ std::string export_model(const std::string& source, const std::string& out_dir, 
                                  {"checkpoint", fs::absolute(ckpt_dir).string()},
                                  {"step", ck.state.step}};
 
-  StagedFiles folder(out_dir);  // beside what the folder holds; its files replaced one by one
+  StagedFiles folder(out_dir, contract);  // beside what the folder holds; files replaced one by one
   const fs::path tmp = folder.path();
   safetensors_save((tmp / "model.safetensors").string(), ck.model, {{"format", "pt"}}, fault);
   const std::string text = config.dump(2) + "\n";

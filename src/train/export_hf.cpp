@@ -71,7 +71,8 @@ std::vector<std::string> hf_schemes() {
 }
 
 std::string export_model_hf(const std::string& source, const std::string& out_dir,
-                            const std::string& tokenizer, std::vector<std::string>* written) {
+                            const std::string& tokenizer, std::vector<std::string>* written,
+                            OutputFiles* contract) {
   const LoadedModel m = load_model(source);
   const ModelConfig& model = m.model->config;
   const std::vector<std::string> supported = hf_schemes();
@@ -107,7 +108,7 @@ std::string export_model_hf(const std::string& source, const std::string& out_di
                                              "counts from the working directory; give --tokenizer"
                                        : "--tokenizer") +
                     ")");
-  StagedFiles folder(out_dir);  // beside what the folder holds; its files replaced one by one
+  StagedFiles folder(out_dir, contract);  // beside what the folder holds; files replaced one by one
   const fs::path tmp = folder.path();
   safetensors_save((tmp / "model.safetensors").string(), weights, {{"format", "pt"}});
   write_json(tmp / "config.json", config);

@@ -185,12 +185,12 @@ std::string olmo_import(const std::string& file_or_dir, const RunConfig& cfg,
 }
 
 std::string olmo_export(const std::string& source, const std::string& out_dir,
-                        std::vector<std::string>* written) {
+                        std::vector<std::string>* written, OutputFiles* contract) {
   const std::string ckpt_dir = checkpoint_folder_of(source);
   const RunConfig cfg = config_load((fs::path(ckpt_dir) / "config.yaml").string());
   olmo_check_config(cfg.model);
   const TensorDict weights = checkpoint_load_model(ckpt_dir);
-  StagedFiles folder(out_dir);  // beside what the folder holds (export.h)
+  StagedFiles folder(out_dir, contract);  // beside what the folder holds (export.h)
   safetensors_save((fs::path(folder.path()) / "model.safetensors").string(),
                    olmo_from_normlab(weights), {{"format", "pt"}});
   write_file_atomic((fs::path(folder.path()) / "normlab_config.yaml").string(),

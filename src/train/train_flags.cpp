@@ -12,6 +12,7 @@ std::vector<std::string> train_command(const TrainArgs& a) {
   if (!a.init_from.empty()) argv.insert(argv.end(), {f::kInitFrom.name, a.init_from});
   if (a.stop_after > 0) argv.insert(argv.end(), {f::kStopAfter.name, std::to_string(a.stop_after)});
   if (a.no_plots) argv.push_back(f::kNoPlots.name);
+  if (a.overwrite) argv.push_back(f::kOverwrite.name);
   return argv;
 }
 

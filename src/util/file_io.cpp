@@ -1,5 +1,7 @@
 #include "normlab/util/file_io.h"
 
+#include "normlab/util/output_contract.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -241,7 +243,8 @@ void check_output_folder(const std::string& path) {
                   "; --out names a folder: choose another path (nothing was changed)");
 }
 
-StagedFiles::StagedFiles(std::string folder) : folder_(std::move(folder)) {
+StagedFiles::StagedFiles(std::string folder, OutputFiles* contract)
+    : folder_(std::move(folder)), contract_(contract) {
   namespace fs = std::filesystem;
   if (folder_.empty()) folder_ = ".";
   check_output_folder(folder_);
@@ -283,6 +286,10 @@ std::vector<std::string> StagedFiles::commit() {
       throw FileError(target.string() + ": is a folder, not replaced by a file (nothing of " +
                       folder_ + " was changed)");
   }
+  if (contract_) {
+    contract_->claim(names);  // a file of the user's: refused before any rename
+    contract_->keep_previous(/*by_link=*/true, names);
+  }
   for (const std::string& name : names) {
     const std::string from = (fs::path(tmp_) / name).string();
     const std::string to = (fs::path(folder_) / name).string();
@@ -292,6 +299,7 @@ std::vector<std::string> StagedFiles::commit() {
   fsync_directory(folder_);
   committed_ = true;
   fs::remove_all(tmp_, ec);
+  if (contract_) contract_->record(names);
   return names;
 }
 

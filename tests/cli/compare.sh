@@ -3,7 +3,8 @@
 # pre_norm through configs/maps/hyper_vs_pre_norm.map is EQUIVALENT at 1e-10 with a row for the
 # logits, the loss and every Pre-Norm gradient; two streams are DIFFERENT (exit 3, the final
 # norm's eps); a map rule that matches nothing, a parameter without a counterpart and a shape that
-# disagrees stop with an error naming the rule's line or the parameter. Self-contained; seconds.
+# disagrees stop with an error naming the rule's line or the parameter; a --max-rel that is not
+# a positive, finite number (-1, 0, nan, inf, ...) is refused by name. Self-contained; seconds.
 # Usage: compare.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR (CORPUS_DIR, PYTHON unused)
 set -euo pipefail
 normlab=$1 src=$2 work=$5
@@ -47,4 +48,10 @@ expect_error value "value.map:1: value 'zero' is neither a number nor 'init'" \
   "${hyper[@]}" "${pre[@]}" --map "$work/value.map"
 expect_error shape "parameter 'blocks.0.mlp.up.weight' of A (hyper) has shape \[352, 64\], 'blocks.0.mlp.up.weight' of B (pre_norm) has \[64, 64\]" \
   "${hyper[@]}" "${pre[@]}" "${map[@]}" --set-against model.d_ff=32
+# --max-rel is a positive, finite number: anything else stops before any work, naming the flag
+# and the value.
+for bad in -1 0 nan inf -inf 1e400 abc ""; do
+  expect_error "max-rel-[$bad]" "--max-rel '$bad': must be a positive, finite number" \
+    "${hyper[@]}" --set model.hyper.n=1 "${pre[@]}" "${map[@]}" --max-rel "$bad"
+done
 echo PASS

@@ -1,17 +1,29 @@
 #!/usr/bin/env bash
-# What a user already has survives every command that writes (docs/reliability.md, "What
-# survives"): for each command with an output, a file of the user's (and, for the exports, a
-# .git folder and a README.md, as in a git clone of a model repository) placed in its output
-# folder beforehand is still there, unchanged, afterwards, or the command refuses with a clear
-# message and changes nothing; --out naming an existing regular file is an error that names it
-# and leaves the file as it was; `tokenizer train` states the smallest vocabulary its text
-# allows, and that size trains. Self-contained (a small generated text, a model trained for 2
-# steps): no corpus fixture; a few seconds.
+# What a user already has survives every command that writes (docs/reliability.md, "What a
+# user already has is never destroyed", the output contract): for each command with an output,
+# a file of the user's (and, for the exports, a .git folder and a README.md, as in a git clone
+# of a model repository) placed in its output folder beforehand is still there, unchanged,
+# afterwards, or the command refuses with a clear message and changes nothing; --out naming an
+# existing regular file is an error that names it and leaves the file as it was; `tokenizer
+# train` states the smallest vocabulary its text allows, and that size trains. Then, command by
+# command (the last part): a file of a name it writes that is the user's is refused by name and
+# left byte for byte, an own earlier output is kept as NAME.prev, --overwrite replaces, a
+# checkpoint folder (and a token-shard folder, an input, a folder inside an input) as --out is
+# refused and left byte for byte, --out '' is refused naming the flag and writes nothing; and
+# train's run folder rules. Self-contained (a small generated text, a model trained for 2
+# steps): no corpus fixture; about a minute.
 # Usage: output_safety.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR (CORPUS_DIR unused)
+# NORMLAB_OUTPUT_SAFETY_ALL=1: go on after a failure and count them (to see which cases an older
+# normlab fails); the test still fails.
 set -euo pipefail
-normlab=$1 src=$2 work=$5
+normlab=$(realpath "$1") src=$2 work=$5
 rm -rf "$work" && mkdir -p "$work"
-fail() { echo "FAIL: $*"; exit 1; }
+failures=0
+fail() {
+  echo "FAIL: $*"
+  [ -n "${NORMLAB_OUTPUT_SAFETY_ALL:-}" ] || exit 1
+  failures=$((failures + 1))
+}
 
 # A text of 300 documents (paragraphs of 10 lines) over 24 words, so that a tokenizer of 300
 # pieces, 2 steps of 8 x 64 tokens and a validation split of one batch fit it.
@@ -50,9 +62,11 @@ refused() {
   before=$(state "$path")
   "$@" > "$work/refused.out" 2>&1 || rc=$?
   [ "$rc" = 1 ] || { cat "$work/refused.out"; fail "$what: exit $rc, expected 1 (refused)"; }
+  [ "$rc" = 1 ] || return 0
   grep -qF -- "$path" "$work/refused.out" || { cat "$work/refused.out"; fail "$what: the error does not name $path"; }
   grep -qE -- "$pattern" "$work/refused.out" || { cat "$work/refused.out"; fail "$what: the error does not say '$pattern'"; }
   [ "$(state "$path")" = "$before" ] || fail "$what: $path changed although the command refused"
+  [ "$(wc -l < "$work/refused.out")" -eq 1 ] || { cat "$work/refused.out"; fail "$what: more than one line of error"; }
 }
 # a_file NAME: a regular file of the user's where a command is told to write a folder.
 a_file() { echo "a file of mine" > "$work/$1"; echo "$work/$1"; }
@@ -117,29 +131,36 @@ echo "train: kept the user's files; a file as --out refused"
 for format in normlab hf olmo; do
   out=$work/export-$format
   plant "$out"
-  echo '{"stale": true}' > "$out/config.json"  # a file the export writes: replaced
+  mine=config.json; [ "$format" != olmo ] || mine=normlab_config.yaml
+  echo '{"stale": true}' > "$out/$mine"  # of a name the export writes, the user's: refused
   [ "$format" != olmo ] || echo "an earlier model.pt" > "$out/model.pt"  # not written without --pt
-  ok "export --format $format" "$normlab" export --format "$format" --checkpoint "$work/run" --out "$out"
+  refused "export --format $format over the user's $mine" "$out" "$mine: exists and is not the unchanged output" \
+    "$normlab" export --format "$format" --checkpoint "$work/run" --out "$out"
+  ok "export --format $format --overwrite" "$normlab" export --format "$format" --checkpoint "$work/run" --out "$out" --overwrite
   kept "$out" "export --format $format"
   if [ "$format" = olmo ]; then
     [ "$(cat "$out/model.pt")" = "an earlier model.pt" ] || fail "export --format olmo changed model.pt without --pt"
     grep -q "model.pt is from before" "$work/ok.out" || { cat "$work/ok.out"; fail "export --format olmo did not say model.pt is from before"; }
   fi
   [ -s "$out/model.safetensors" ] || fail "export --format $format wrote no model.safetensors"
-  if [ "$format" != olmo ]; then
-    ! grep -q stale "$out/config.json" || fail "export --format $format did not replace config.json"
-  fi
+  ! grep -q stale "$out/$mine" || fail "export --format $format --overwrite did not replace $mine"
+  [ ! -e "$out/$mine.prev" ] || fail "export --format $format --overwrite kept $mine.prev"
   ! compgen -G "$out/.normlab.tmp-*" > /dev/null || fail "export --format $format left its staging folder"
   f=$(a_file export-file-$format)
   refused "export --format $format --out FILE" "$f" "$notdir" \
     "$normlab" export --format "$format" --checkpoint "$work/run" --out "$f"
-  # Exported again over itself (and the user's files): the same files, the user's kept.
+  # Exported again over itself (and the user's files): the same files, the earlier ones kept as
+  # NAME.prev, the user's kept.
+  md5=$(md5sum < "$out/model.safetensors")
   ok "export --format $format again" "$normlab" export --format "$format" --checkpoint "$work/run" --out "$out"
   kept "$out" "export --format $format again"
+  [ "$(md5sum < "$out/model.safetensors.prev" 2>/dev/null)" = "$md5" ] || fail "export --format $format again: the earlier model.safetensors is not kept as model.safetensors.prev"
+  grep -q "model.safetensors: the output of an earlier .normlab export., kept as model.safetensors.prev" "$work/ok.out" \
+    || { cat "$work/ok.out"; fail "export --format $format again did not say it kept model.safetensors.prev"; }
 done
 grep -q '"format": "normlab"' "$work/export-normlab/config.json" || fail "the normlab export's config.json is not the export's"
 grep -q '"model_type": "normlab"' "$work/export-hf/config.json" || fail "the hf export's config.json is not the export's"
-echo "export: normlab, hf and olmo kept notes.txt, README.md and .git, replaced config.json; a file as --out refused"
+echo "export: normlab, hf and olmo kept notes.txt, README.md and .git, refused the user's config.json, replaced it with --overwrite, kept their own earlier files as .prev; a file as --out refused"
 
 # ---- import, checkpoint consolidate -------------------------------------------------------------
 plant "$work/imported"
@@ -163,18 +184,21 @@ ok "analyze" "$normlab" analyze --checkpoint "$work/run" --data "$shards" --batc
 kept "$work/analysis" "analyze"
 f=$(a_file analyze-file)
 refused "analyze --out FILE" "$f" "$notdir" "$normlab" analyze --checkpoint "$work/run" --data "$shards" --batch 2 --no-plots --out "$f"
-# eval --out names a file: a new one, or an earlier eval's results, which it replaces; another
-# file of the user's, or a folder, is refused.
-ok "eval --out" "$normlab" eval --checkpoint "$work/run" --data "$shards" --batches 1 --out "$work/result.json"
-ok "eval --out over its own results" "$normlab" eval --checkpoint "$work/run" --data "$shards" --batches 1 --out "$work/result.json"
-grep -q '"perplexity"' "$work/result.json" || fail "eval --out wrote no results"
+# eval --out names a file: a new one, or an earlier eval's results, which it keeps as
+# FILE.prev; another file of the user's, or a folder, is refused.
+mkdir -p "$work/evals"
+ok "eval --out" "$normlab" eval --checkpoint "$work/run" --data "$shards" --batches 1 --out "$work/evals/result.json"
+md5=$(md5sum < "$work/evals/result.json")
+ok "eval --out over its own results" "$normlab" eval --checkpoint "$work/run" --data "$shards" --batches 1 --out "$work/evals/result.json"
+grep -q '"perplexity"' "$work/evals/result.json" || fail "eval --out wrote no results"
+[ "$(md5sum < "$work/evals/result.json.prev" 2>/dev/null)" = "$md5" ] || fail "eval --out over its own results: the earlier ones are not kept as result.json.prev"
 f=$(a_file eval-file)
-refused "eval --out FILE of the user's" "$f" "not the results of a normlab eval" \
+refused "eval --out FILE of the user's" "$f" "eval-file: exists and is not the unchanged output of an earlier .normlab eval.*--overwrite" \
   "$normlab" eval --checkpoint "$work/run" --data "$shards" --batches 1 --out "$f"
 plant "$work/eval-dir"
-refused "eval --out FOLDER" "$work/eval-dir" "not the results of a normlab eval" \
+refused "eval --out FOLDER" "$work/eval-dir" "exists and is a folder" \
   "$normlab" eval --checkpoint "$work/run" --data "$shards" --batches 1 --out "$work/eval-dir"
-echo "analyze: kept the user's files; eval --out replaced its own results, refused a file of the user's and a folder"
+echo "analyze: kept the user's files; eval --out kept its own earlier results as .prev, refused a file of the user's and a folder"
 
 # ---- sweep ------------------------------------------------------------------------------------
 sargs=(--config "$src/configs/tiny/lm.yaml" --set "data.train=$shards" --set "data.tokenizer=$tok"
@@ -191,4 +215,138 @@ refused "sweep --out FILE" "$f" "$notdir" "$normlab" sweep "${sargs[@]}" --out "
 refused "sweep --report --out FILE" "$f" "$notdir" "$normlab" sweep --report --no-plots --out "$f"
 echo "sweep: kept the user's files; a file as --out refused"
 
+# ---- the output contract, command by command -------------------------------------------------
+# Each command that writes, given (1) a folder holding a file of the user's of a name it writes,
+# (2) a checkpoint folder, (3) --out '' (and, where it has inputs, an input or a folder inside
+# one): it refuses with one line naming the file or the flag and value, and every byte stays.
+# (A foreign file of another name, and an existing file as --out, are the cases above.)
+
+# refused_empty WHAT CMD...: CMD (whose --out, or other output flag, is '') fails (exit 1) with
+# one line naming the flag and '', and writes nothing in its working folder.
+refused_empty() {
+  local what=$1 rc=0 before
+  shift
+  mkdir -p "$work/cwd"
+  before=$(state "$work/cwd")
+  (cd "$work/cwd" && "$@") > "$work/refused.out" 2>&1 || rc=$?
+  [ "$rc" = 1 ] || { cat "$work/refused.out"; fail "$what: exit $rc, expected 1 (refused)"; }
+  grep -qE -- "--[a-z-]+ '': names no path" "$work/refused.out" || { cat "$work/refused.out"; fail "$what: the error does not name the flag and ''"; }
+  [ "$(wc -l < "$work/refused.out")" -eq 1 ] || { cat "$work/refused.out"; fail "$what: more than one line of error"; }
+  [ "$(state "$work/cwd")" = "$before" ] || fail "$what: wrote into its working folder"
+}
+# mine DIR NAME...: DIR holds a file of the user's of each NAME.
+mine() { local d=$1; shift; mkdir -p "$d"; for n in "$@"; do mkdir -p "$(dirname "$d/$n")"; echo "mine: $n" > "$d/$n"; done; }
+ckpt_state=$(state "$ckpt")
+# The commands with their inputs; OUT is replaced by the output path.
+tok_cmd=("$normlab" tokenizer train --input "$work/text.txt" --vocab-size 300 --out OUT)
+prep_cmd=("$normlab" data prepare --tokenizer "$tok" --input "$work/text.txt" --out OUT)
+train_cmd=("$normlab" train "${args[@]}" --out OUT)
+imp_cmd=("$normlab" import --from olmo --checkpoint "$work/export-olmo" --config "$work/export-olmo/normlab_config.yaml" --out OUT)
+cons_cmd=("$normlab" checkpoint consolidate --checkpoint "$ckpt" --out OUT)
+an_cmd=("$normlab" analyze --checkpoint "$work/run" --data "$shards" --batch 2 --no-plots --out OUT)
+eval_cmd=("$normlab" eval --checkpoint "$work/run" --data "$shards" --batches 1 --out OUT)
+sweep_cmd=("$normlab" sweep "${sargs[@]}" --out OUT)
+gen_cmd=("$normlab" generate --checkpoint "$work/run" --prompt "the" --max-tokens 2 --temperature 0 --logits-out OUT)
+# with CMD_ARRAY_NAME OUT: the command with OUT in place.
+with() { local -n c=$1; local a out=(); for a in "${c[@]}"; do out+=("${a/#OUT/$2}"); done; printf '%s\0' "${out[@]}"; }
+run_with() { local name=$1 o=$2; shift 2; local -a cmd; mapfile -d '' cmd < <(with "$name" "$o"); "$@" "${cmd[@]}"; }
+c=$work/contract
+for spec in "tokenizer train:tok_cmd:tokenizer.model" "data prepare:prep_cmd:index.json" \
+            "train:train_cmd:metrics.jsonl" "export:exp_normlab:model.safetensors" \
+            "export --format hf:exp_hf:modeling_normlab.py" "export --format olmo:exp_olmo:normlab_config.yaml" \
+            "import:imp_cmd:config.yaml" "checkpoint consolidate:cons_cmd:config.yaml" \
+            "analyze:an_cmd:diagnostics.jsonl" "sweep:sweep_cmd:summary.md"; do
+  IFS=: read -r what cmd name <<< "$spec"
+  exp_normlab=("$normlab" export --format normlab --checkpoint "$work/run" --out OUT)
+  exp_hf=("$normlab" export --format hf --checkpoint "$work/run" --out OUT)
+  exp_olmo=("$normlab" export --format olmo --checkpoint "$work/run" --out OUT)
+  d=$c/same-${cmd}
+  mine "$d" "$name"
+  pattern="$name: exists and is not the unchanged output|holds $name|exists and is not empty"
+  run_with "$cmd" "$d" refused "$what over the user's $name" "$d" "$pattern"
+  run_with "$cmd" "$ckpt" refused "$what --out CHECKPOINT" "$ckpt" "is a checkpoint folder|is the input"
+  [ "$(state "$ckpt")" = "$ckpt_state" ] || fail "$what changed the checkpoint folder"
+  run_with "$cmd" "" refused_empty "$what --out ''"
+done
+# A token-shard folder is another run's input: refused by the commands that write folders.
+for cmd in tok_cmd exp_normlab an_cmd sweep_cmd; do
+  run_with "$cmd" "$shards" refused "$cmd --out SHARDS" "$shards" "is a token-shard folder"
+done
+# A run's checkpoints/ folder is the run's: refused too.
+refused "export --out RUN/checkpoints" "$work/run/checkpoints" "is a run's checkpoints folder" "${exp_normlab[@]/#OUT/$work/run/checkpoints}"
+# eval --out and generate --logits-out name files: a file of the user's, one inside a
+# checkpoint folder, and ''.
+for cmd in eval_cmd gen_cmd; do
+  f=$(a_file "$cmd-mine.json")
+  run_with "$cmd" "$f" refused "$cmd over the user's file" "$f" "$cmd-mine.json: exists and is not the unchanged output"
+  run_with "$cmd" "$ckpt/out.json" refused "$cmd into a checkpoint folder" "$ckpt" "lies inside a checkpoint folder"
+  run_with "$cmd" "" refused_empty "$cmd ''"
+done
+# An input as --out, and --out inside an input that is not a run folder.
+refused "analyze --out RUN (its --checkpoint)" "$work/run" "is the input \(--checkpoint" "${an_cmd[@]/#OUT/$work/run}"
+refused "data prepare --out its --input" "$work/text.txt" "is the input \(--input" "${prep_cmd[@]/#OUT/$work/text.txt}"
+refused "checkpoint consolidate --out inside its checkpoint" "$ckpt" "lies inside" "${cons_cmd[@]/#OUT/$ckpt/whole}"
+refused "eval --out its --tasks file" "$work/text.txt" "is the input \(--tasks" \
+  "$normlab" eval --checkpoint "$work/run" --tasks "$work/text.txt" --out "$work/text.txt"
+# An own earlier output whose file was changed since is no longer provably its own.
+d=$c/analysis
+run_with an_cmd "$d" ok "analyze"
+echo "edited" >> "$d/diagnostics.jsonl"
+run_with an_cmd "$d" refused "analyze over its own output edited since" "$d" "diagnostics.jsonl: exists and is not the unchanged output"
+echo "contract: every writing command refused a file of the user's of its names, a checkpoint folder, a shard folder, an input and --out ''"
+
+# tokenizer train: an own earlier tokenizer is kept as .prev; the tokenizer that shards were
+# prepared with is never replaced, not even with --overwrite.
+d=$c/tok
+run_with tok_cmd "$d" ok "tokenizer train"
+md5=$(md5sum < "$d/tokenizer.model")
+run_with tok_cmd "$d" ok "tokenizer train again"
+[ "$(md5sum < "$d/tokenizer.model.prev" 2>/dev/null)" = "$md5" ] || fail "tokenizer train again: the earlier tokenizer.model is not kept as tokenizer.model.prev"
+"$normlab" data prepare --tokenizer "$d/tokenizer.model" --input "$work/text.txt" --out "$d/shards" > /dev/null 2>&1 || fail "data prepare with $d/tokenizer.model"
+refused "tokenizer train over the tokenizer of shards" "$d" "shards of .* were prepared with" \
+  "$normlab" tokenizer train --input "$work/text.txt" --vocab-size 300 --out "$d" --overwrite
+echo "tokenizer train: kept its own earlier tokenizer as .prev; refused the one shards were prepared with"
+
+# sweep: the user's summary.md stops it; its own earlier reports are kept as .prev.
+d=$c/sweep
+run_with sweep_cmd "$d" ok "sweep"
+md5=$(md5sum < "$d/summary.md")
+ok "sweep --report" "$normlab" sweep --report --no-plots --out "$d"
+[ "$(md5sum < "$d/summary.md.prev" 2>/dev/null)" = "$md5" ] || fail "sweep --report: the earlier summary.md is not kept as summary.md.prev"
+echo "sweep: kept its own earlier reports as .prev"
+
+# train: the run folder's files. Fresh over files of its names: refused naming them (TensorBoard
+# off too); a hand-written config given as --config X/config.yaml --out X: refused, kept; a run
+# folder whose checkpoints/ was removed: refused, and with --resume its files are kept as .prev;
+# --overwrite replaces; --resume from a checkpoint keeps a config.yaml edited by hand.
+d=$c/run-mine
+mine "$d" config.yaml train.log metrics.jsonl summary.json tensorboard/events.out.tfevents.1.host
+refused "train over a run folder's files of the user's" "$d" "holds config.yaml, train.log, metrics.jsonl, summary.json, tensorboard/events" "${train_cmd[@]/#OUT/$d}"
+printf '# my experiment\nbase: %s\ntrain:\n  steps: 2\n' "$src/configs/tiny/lm.yaml" > "$c/hand.yaml"
+mkdir -p "$c/hand" && cp "$c/hand.yaml" "$c/hand/config.yaml"
+refused "train --config X/config.yaml --out X" "$c/hand" "holds config.yaml " \
+  "$normlab" train --config "$c/hand/config.yaml" --set "data.train=$shards" --set "data.tokenizer=$tok" \
+  --set model.vocab_size=320 --set eval.every=0 --out "$c/hand"
+d=$c/run-again
+"${train_cmd[@]/#OUT/$d}" --set logging.tensorboard=true > "$work/ok.out" 2>&1 || { cat "$work/ok.out"; fail "train with TensorBoard"; }
+rm -rf "$d/checkpoints"
+before=$(state "$d")
+refused "train over a run whose checkpoints were removed" "$d" "holds config.yaml, train.log, metrics.jsonl" "${train_cmd[@]/#OUT/$d}"
+md5=$(md5sum < "$d/metrics.jsonl")
+ok "train --resume in a run without checkpoints" "${train_cmd[@]/#OUT/$d}" --resume
+[ "$(md5sum < "$d/metrics.jsonl.prev" 2>/dev/null)" = "$md5" ] || fail "train --resume without a checkpoint: the earlier metrics.jsonl is not kept as metrics.jsonl.prev"
+compgen -G "$d/tensorboard.prev/events.out.tfevents.*" > /dev/null || fail "train --resume without a checkpoint: the earlier TensorBoard events are not kept in tensorboard.prev"
+[ "$(grep -c '"step"' "$d/metrics.jsonl")" = 2 ] || fail "train --resume without a checkpoint: metrics.jsonl is not the new run's 2 steps"
+d=$c/run-over
+mine "$d" metrics.jsonl train.log
+ok "train --overwrite" "${train_cmd[@]/#OUT/$d}" --overwrite
+! grep -q "mine" "$d/metrics.jsonl" "$d/train.log" || fail "train --overwrite did not replace metrics.jsonl and train.log"
+[ ! -e "$d/metrics.jsonl.prev" ] || fail "train --overwrite kept metrics.jsonl.prev"
+echo "# edited by hand" >> "$d/config.yaml"
+md5=$(md5sum < "$d/config.yaml")
+ok "train --resume with a config.yaml edited by hand" "${train_cmd[@]/#OUT/$d}" --resume --set train.steps=3
+[ "$(md5sum < "$d/config.yaml.prev" 2>/dev/null)" = "$md5" ] || fail "train --resume: the hand-edited config.yaml is not kept as config.yaml.prev"
+echo "train: refused a fresh start over the user's run files and a hand-written config; kept a checkpoint-less run's files as .prev with --resume; --overwrite replaced; a hand-edited config.yaml kept on resume"
+
+[ "$failures" = 0 ] || { echo "FAIL: $failures failures"; exit 1; }
 echo PASS

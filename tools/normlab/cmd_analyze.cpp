@@ -14,6 +14,7 @@
 #include "normlab/train/export.h"
 #include "normlab/util/device.h"
 #include "normlab/util/file_io.h"
+#include "normlab/util/output_contract.h"
 #include "python_tool.h"
 
 namespace normlab::cli {
@@ -70,7 +71,7 @@ Runner setup_analyze(CLI::App& sub) {
   struct Options {
     std::string checkpoint, data, split, format = "shards", dtype, out, device = "cpu";
     int64_t batch = 8, top_k = 4, seq_len = 0;
-    bool no_pruning = false, no_plots = false;
+    bool no_pruning = false, no_plots = false, overwrite = false;
   };
   auto o = std::make_shared<Options>();
   sub.add_option("--checkpoint", o->checkpoint,
@@ -82,7 +83,12 @@ Runner setup_analyze(CLI::App& sub) {
       ->required();
   sub.add_option("--split", o->split, "val or train (default: val when the shard folder has it)");
   add_data_format_options(sub, o->format, o->dtype);
-  sub.add_option("--out", o->out, "output folder: diagnostics.jsonl and the plots")->required();
+  sub.add_option("--out", o->out,
+                 "output folder: diagnostics.jsonl and the plots (an earlier analyze's are kept "
+                 "as NAME.prev; other files of those names stop it: docs/reliability.md)")
+      ->required();
+  sub.add_flag("--overwrite", o->overwrite,
+               "replace files of the names analyze writes, whoever wrote them");
   sub.add_option("--batch", o->batch, "sequences of the batch (the first of the split)")
       ->capture_default_str();
   sub.add_option("--seq-len", o->seq_len,
@@ -95,7 +101,16 @@ Runner setup_analyze(CLI::App& sub) {
   return [o] {
     if (o->batch < 1) throw std::invalid_argument("--batch must be at least 1");
     if (o->top_k < 0) throw std::invalid_argument("--top-k must be 0 or more");
-    check_output_folder(o->out);  // before any work: a file there stays as it is
+    // The output contract (util/output_contract.h): before any work.
+    check_output_path(
+        "--out", o->out,
+        {{"--checkpoint", o->checkpoint, /*may_contain_out=*/true}, {"--data", o->data}});
+    OutputFiles contract(o->out, "analyze", o->overwrite);
+    std::vector<std::string> plots =
+        o->no_plots ? std::vector<std::string>{} : diagnostics_plot_files();
+    std::vector<std::string> names = {"diagnostics.jsonl"};
+    names.insert(names.end(), plots.begin(), plots.end());
+    contract.claim(names);
     const torch::Device device(o->device);
     LoadedModel m = load_model(o->checkpoint, device);
     const int64_t seq_len = o->seq_len > 0 ? o->seq_len : m.seq_len > 0 ? m.seq_len : 256;
@@ -115,13 +130,21 @@ Runner setup_analyze(CLI::App& sub) {
     fs::create_directories(o->out);
     const std::string line = diagnostics_json(r) + "\n";
     const std::string path = (fs::path(o->out) / "diagnostics.jsonl").string();
+    contract.keep_previous(/*by_link=*/true, {"diagnostics.jsonl"});
     write_file_atomic(path, [&](FileWriter& w) { w.write(line); });
+    contract.record({"diagnostics.jsonl"});
 
     std::cout << "model " << m.from << " (" << enum_name(m.model->config.scheme) << ", step "
               << m.step << "), " << b.inputs.size(0) << " x " << seq_len << " tokens of " << o->data
               << " (" << (o->format == "shards" ? split : o->format) << ")\n";
     print_table(r, m.model->config.n_layers);
-    if (!o->no_plots) run_python_tool("plot_diagnostics.py", {path, o->out}, "plots");
+    if (!o->no_plots) {
+      contract.keep_previous(/*by_link=*/false, plots);  // matplotlib writes in place
+      run_python_tool("plot_diagnostics.py", {path, o->out}, "plots");
+      contract.record(plots);
+    }
+    for (const std::string& note : contract.notes())
+      std::cerr << "normlab analyze: note: " << note << "\n";
     std::cout << "diagnostics: " << path << "\n";
     return 0;
   };

@@ -15,12 +15,14 @@
 #include "fault.h"
 #include "normlab/train/checkpoint.h"
 #include "normlab/util/file_io.h"
+#include "normlab/util/output_contract.h"
 
 namespace normlab::cli {
 
 Runner setup_checkpoint(CLI::App& sub) {
   struct Options {
     std::string checkpoint, out;
+    bool overwrite = false;
   };
   auto o = std::make_shared<Options>();
   sub.require_subcommand(1);
@@ -30,8 +32,11 @@ Runner setup_checkpoint(CLI::App& sub) {
   cons->add_option("--checkpoint", o->checkpoint, "checkpoint folder (RUN_DIR/checkpoints/step-N)")
       ->required()
       ->check(CLI::ExistingDirectory);
-  cons->add_option("--out", o->out, "the new run folder (must not hold checkpoints yet)")
+  cons->add_option("--out", o->out,
+                   "the new run folder (must not hold checkpoints yet; a config.yaml there stops "
+                   "it: docs/reliability.md)")
       ->required();
+  cons->add_flag("--overwrite", o->overwrite, "replace a config.yaml in --out, whoever wrote it");
   CLI::App* insp = sub.add_subcommand("inspect", "step, world size and files of a checkpoint");
   insp->add_option("--checkpoint", o->checkpoint, "checkpoint folder")
       ->required()
@@ -90,14 +95,21 @@ Runner setup_checkpoint(CLI::App& sub) {
                   << (e.is_regular_file() ? fs::file_size(e) : 0) << " bytes\n";
       return 0;
     }
-    check_output_folder(o->out);  // before any work: a file there stays as it is
+    // The output contract (util/output_contract.h): before any work.
+    check_output_path("--out", o->out, {{"--checkpoint", o->checkpoint}});
     if (checkpoint_latest(o->out))
       throw std::invalid_argument(
           o->out + " already holds checkpoints: choose a new run folder for the consolidated one");
+    OutputFiles contract(o->out, "checkpoint consolidate", o->overwrite);
+    contract.claim({"config.yaml"});
     const Checkpoint c = checkpoint_consolidate(o->checkpoint);
     fs::create_directories(o->out);
+    contract.keep_previous();
     write_file_atomic((fs::path(o->out) / "config.yaml").string(),
                       [&](FileWriter& w) { w.write(c.config_yaml); });
+    contract.record({"config.yaml"});
+    for (const std::string& note : contract.notes())
+      std::cerr << "normlab checkpoint consolidate: note: " << note << "\n";
     const std::unique_ptr<WriteFault> fault =
         write_fault(environment_fault(), "checkpoint");  // tests only (fault.h)
     const std::string dir = checkpoint_save(o->out, c, 1, fault.get());

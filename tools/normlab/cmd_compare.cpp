@@ -2,7 +2,10 @@
 // weights (B gets A's by name, or through the map), run in float64 on one batch; prints the
 // largest relative difference of the logits, the loss and every shared gradient
 // (include/normlab/testing/equivalence.h, docs/schemes.md).
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -20,10 +23,25 @@ struct CompareOptions {
   std::vector<std::string> set_a, set_b;
   equivalence::EquivalenceOptions run;
   bool same_gains = false;
-  double max_rel = -1.0;  // < 0: no verdict
+  bool verdict = false;      // --max-rel given
+  std::string max_rel_text;  // --max-rel as given
 };
 
+// --max-rel: a positive, finite number, checked before any work (a bound of 0, a negative or
+// a NaN one would turn every verdict into DIFFERENT, or into EQUIVALENT, whatever the models).
+double parse_max_rel(const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = text.empty() ? 0.0 : std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v) || v <= 0.0)
+    throw ConfigError("--max-rel '" + text +
+                      "': must be a positive, finite number (a bound on the worst relative "
+                      "difference, e.g. 1e-10)");
+  return v;
+}
+
 int run_compare(const CompareOptions& o) {
+  const double max_rel = o.verdict ? parse_max_rel(o.max_rel_text) : -1.0;
   const RunConfig a = config_load(o.config, o.set_a);
   const RunConfig b = config_load(o.against, o.set_b);
   const equivalence::WeightMap map =
@@ -36,11 +54,11 @@ int run_compare(const CompareOptions& o) {
   std::cout << "A: " << o.config << "\nB: " << o.against << "\n";
   if (!o.map.empty()) std::cout << "map: " << o.map << "\n";
   std::cout << r;
-  if (o.max_rel >= 0.0) {
+  if (o.verdict) {
     char buf[96];
-    std::snprintf(buf, sizeof buf, "%.3e %s %.3e", r.worst(), r.worst() <= o.max_rel ? "<=" : ">",
-                  o.max_rel);
-    const bool ok = r.worst() <= o.max_rel;
+    std::snprintf(buf, sizeof buf, "%.3e %s %.3e", r.worst(), r.worst() <= max_rel ? "<=" : ">",
+                  max_rel);
+    const bool ok = r.worst() <= max_rel;
     std::cout << (ok ? "EQUIVALENT" : "DIFFERENT") << ": worst " << buf << " (--max-rel)\n";
     return ok ? 0 : 3;
   }
@@ -69,10 +87,14 @@ Runner setup_compare(CLI::App& sub) {
   sub.add_option("--seq-len", o->run.seq_len, "tokens per sequence")->capture_default_str();
   sub.add_flag("--init-gains", o->same_gains,
                "keep A's 1-D parameters at their init (default: drawn from U(0.5, 1.5))");
-  sub.add_option("--max-rel", o->max_rel,
-                 "print EQUIVALENT or DIFFERENT against this bound on the worst relative "
-                 "difference; exit code 3 when it is exceeded");
-  return [o] { return run_compare(*o); };
+  CLI::Option* max_rel =
+      sub.add_option("--max-rel", o->max_rel_text,
+                     "print EQUIVALENT or DIFFERENT against this bound on the worst relative "
+                     "difference (a positive, finite number); exit code 3 when it is exceeded");
+  return [o, max_rel] {
+    o->verdict = max_rel->count() > 0;
+    return run_compare(*o);
+  };
 }
 
 }  // namespace normlab::cli

@@ -16,34 +16,10 @@
 #include "normlab/eval/tasks.h"
 #include "normlab/train/export.h"
 #include "normlab/util/file_io.h"
+#include "normlab/util/output_contract.h"
 
 namespace normlab::cli {
 namespace fs = std::filesystem;
-
-namespace {
-
-// --out replaces only what an earlier eval wrote there (a JSON object with model, scheme, step),
-// checked before any work; anything else at that path is the user's, and stays.
-void check_result_file(const std::string& path) {
-  std::error_code ec;
-  const fs::file_status st = fs::symlink_status(path, ec);
-  if (ec || !fs::exists(st)) return;
-  bool ours = false;
-  if (fs::is_regular_file(fs::status(path, ec))) {
-    try {
-      const auto j = nlohmann::json::parse(read_file(path));
-      ours = j.is_object() && j.contains("model") && j.contains("scheme") && j.contains("step");
-    } catch (const std::exception&) {
-      ours = false;
-    }
-  }
-  if (!ours)
-    throw std::invalid_argument(path + ": exists and is not the results of a normlab eval; " +
-                                "--out replaces only those: choose another path (nothing was "
-                                "changed)");
-}
-
-}  // namespace
 
 Runner setup_eval(CLI::App& sub) {
   struct Options {
@@ -51,6 +27,7 @@ Runner setup_eval(CLI::App& sub) {
                                   device = "cpu";
     std::vector<std::string> tasks;
     int64_t batches = 0, batch = 8, seq_len = 0;
+    bool overwrite = false;
   };
   auto o = std::make_shared<Options>();
   sub.add_option("--checkpoint", o->checkpoint,
@@ -71,14 +48,29 @@ Runner setup_eval(CLI::App& sub) {
   sub.add_option("--tokenizer", o->tokenizer,
                  "tokenizer.model or tokenizer.json (default: the run's or the export's)");
   sub.add_option("--device", o->device, "cpu, cuda or cuda:N")->capture_default_str();
-  sub.add_option("--out", o->out,
-                 "also write the results as JSON to this file (new, or the results of an earlier "
-                 "eval, which it replaces; any other file is refused)");
-  return [o] {
+  CLI::Option* out_flag = sub.add_option(
+      "--out", o->out,
+      "also write the results as JSON to this file (new, or the results of an earlier eval, "
+      "which it keeps as FILE.prev; any other file is refused: docs/reliability.md)");
+  sub.add_flag("--overwrite", o->overwrite, "replace the --out file, whoever wrote it");
+  return [o, out_flag] {
     if (o->data.empty() && o->tasks.empty())
       throw std::invalid_argument("give --data SHARDS, --tasks FILE..., or both");
     if (o->batch < 1) throw std::invalid_argument("--batch must be at least 1");
-    if (!o->out.empty()) check_result_file(o->out);
+    // The output contract (util/output_contract.h): before any work. The ledger of the folder
+    // that holds --out proves a file there the results of an earlier eval.
+    std::unique_ptr<OutputFiles> contract;
+    const fs::path out(o->out);
+    if (out_flag->count() > 0) {
+      std::vector<OutputInput> inputs = {{"--checkpoint", o->checkpoint, /*may_contain_out=*/true},
+                                         {"--data", o->data},
+                                         {"--tokenizer", o->tokenizer}};
+      for (const std::string& t : o->tasks) inputs.push_back({"--tasks", t});
+      check_output_path("--out", o->out, inputs, /*folder=*/false);
+      contract = std::make_unique<OutputFiles>(
+          out.has_parent_path() ? out.parent_path().string() : ".", "eval", o->overwrite);
+      contract->claim({out.filename().string()});
+    }
     std::vector<std::pair<std::string, std::vector<McItem>>> tasks;  // all read before any work
     for (const auto& t : o->tasks) tasks.emplace_back(fs::path(t).stem().string(), load_mc_task(t));
     const torch::Device device(o->device);
@@ -127,9 +119,14 @@ Runner setup_eval(CLI::App& sub) {
                 << ", acc_norm " << r.acc_norm << " (" << r.items << " items)\n";
       result["tasks"][name] = {{"acc", r.acc}, {"acc_norm", r.acc_norm}, {"items", r.items}};
     }
-    if (!o->out.empty()) {
+    if (contract) {
       const std::string text = result.dump(2) + "\n";
+      if (out.has_parent_path()) fs::create_directories(out.parent_path());
+      contract->keep_previous();
       write_file_atomic(o->out, [&](FileWriter& w) { w.write(text); });
+      contract->record({out.filename().string()});
+      for (const std::string& note : contract->notes())
+        std::cerr << "normlab eval: note: " << note << "\n";
     }
     return 0;
   };

@@ -11,6 +11,7 @@
 #include "normlab/train/olmo_checkpoint.h"
 #include "normlab/util/error.h"
 #include "normlab/util/file_io.h"
+#include "normlab/util/output_contract.h"
 #include "python_tool.h"
 
 namespace normlab::cli {
@@ -32,12 +33,23 @@ void warn_kept_files(const std::string& out, const std::string& format,
                 << " is from before (this export does not write it) and was kept\n";
 }
 
+// The files a format's export always writes (the tokenizer's only when one is recorded).
+std::vector<std::string> surely_written(const std::string& format, bool pt) {
+  if (format == "olmo")
+    return pt ? std::vector<std::string>{"model.safetensors", "normlab_config.yaml", "model.pt"}
+              : std::vector<std::string>{"model.safetensors", "normlab_config.yaml"};
+  if (format == "hf")
+    return {"model.safetensors", "config.json", "generation_config.json", "modeling_normlab.py",
+            "configuration_normlab.py"};
+  return {"model.safetensors", "config.json"};
+}
+
 }  // namespace
 
 Runner setup_export(CLI::App& sub) {
   struct Options {
     std::string checkpoint, out, format = "normlab", tokenizer;
-    bool pt = false;
+    bool pt = false, overwrite = false;
   };
   auto o = std::make_shared<Options>();
   sub.add_option("--checkpoint", o->checkpoint,
@@ -45,9 +57,12 @@ Runner setup_export(CLI::App& sub) {
                  "also a normlab export folder")
       ->required();
   sub.add_option("--out", o->out,
-                 "export folder, new or existing: the export's files replace those of their names "
-                 "there, each atomically; every other file (.git, README.md, ...) stays")
+                 "export folder, new or existing: every other file (.git, README.md, ...) stays; "
+                 "an earlier export's file of a name it writes is kept as NAME.prev, and any "
+                 "other file of such a name stops it (docs/reliability.md)")
       ->required();
+  sub.add_flag("--overwrite", o->overwrite,
+               "replace the files of the names the export writes, whoever wrote them");
   sub.add_option("--format", o->format,
                  "normlab (model.safetensors, config.json, tokenizer.model), hf (Hugging Face "
                  "transformers, trust_remote_code) or olmo (the official SiameseNorm code's "
@@ -64,22 +79,32 @@ Runner setup_export(CLI::App& sub) {
     if (o->pt && o->format != "olmo") throw ConfigError("--pt needs --format olmo");
     if (!o->tokenizer.empty() && o->format != "hf")
       throw ConfigError("export: --tokenizer goes with --format hf");
-    check_output_folder(o->out);  // before any work: a file there stays as it is
+    // The output contract (util/output_contract.h): before any work.
+    check_output_path(
+        "--out", o->out,
+        {{"--checkpoint", o->checkpoint, /*may_contain_out=*/true}, {"--tokenizer", o->tokenizer}});
+    OutputFiles contract(o->out, "export", o->overwrite);
+    contract.claim(surely_written(o->format, o->pt));  // the optional ones when committed
     const std::unique_ptr<WriteFault> fault =
         write_fault(environment_fault(), "export");  // tests only (fault.h)
     std::vector<std::string> written;
-    const std::string from = o->format == "olmo" ? olmo_export(o->checkpoint, o->out, &written)
-                             : o->format == "hf"
-                                 ? export_model_hf(o->checkpoint, o->out, o->tokenizer, &written)
-                                 : export_model(o->checkpoint, o->out, fault.get(), &written);
+    const std::string from =
+        o->format == "olmo" ? olmo_export(o->checkpoint, o->out, &written, &contract)
+        : o->format == "hf"
+            ? export_model_hf(o->checkpoint, o->out, o->tokenizer, &written, &contract)
+            : export_model(o->checkpoint, o->out, fault.get(), &written, &contract);
     if (o->pt) {
       const std::string st = (std::filesystem::path(o->out) / "model.safetensors").string();
       const std::string pt = (std::filesystem::path(o->out) / "model.pt").string();
+      contract.keep_previous(/*by_link=*/false, {"model.pt"});  // torch.save writes in place
       if (!run_python_tool("olmo_checkpoint.py", {"to-pt", st, pt}, "model.pt",
                            "torch and safetensors in the project's Python (tools/setup.sh)"))
         throw CheckpointError(pt + ": not written (tools/olmo_checkpoint.py failed)");
       written.push_back("model.pt");
+      contract.record({"model.pt"});
     }
+    for (const std::string& note : contract.notes())
+      std::cerr << "normlab export: note: " << note << "\n";
     warn_kept_files(o->out, o->format, written);
     std::cout << "exported " << from << " to " << o->out << " (" << o->format << ")\n";
     return 0;

@@ -1,12 +1,15 @@
 // normlab generate --checkpoint SRC --prompt "..." [--max-tokens N] [--temperature T]
 //                  [--top-k K] [--top-p P] [--seed S]
 // Streams the continuation to stdout as it is generated (KV cache; generate.h).
+#include <filesystem>
 #include <iostream>
+#include <memory>
 
 #include "command.h"
 #include "normlab/data/tokenizer.h"
 #include "normlab/eval/generate.h"
 #include "normlab/train/export.h"
+#include "normlab/util/output_contract.h"
 #include "normlab/util/safetensors.h"
 
 namespace normlab::cli {
@@ -41,8 +44,22 @@ Runner setup_generate(CLI::App& sub) {
   // Hidden, for checking other implementations (tests/cli/hf_export.sh): a safetensors file with
   // the prompt's ids ("tokens", EOS first), their logits from one forward pass ("logits", fp32)
   // and the generated ids ("generated").
-  sub.add_option("--logits-out", o->logits_out)->group("");
-  return [o] {
+  CLI::Option* logits_flag = sub.add_option("--logits-out", o->logits_out)->group("");
+  return [o, logits_flag] {
+    // The output contract (util/output_contract.h), before any work: a file there is replaced
+    // only when an earlier generate wrote it (kept as FILE.prev).
+    std::unique_ptr<OutputFiles> contract;
+    const std::filesystem::path lo(o->logits_out);
+    if (logits_flag->count() > 0) {
+      check_output_path("--logits-out", o->logits_out,
+                        {{"--checkpoint", o->checkpoint, /*may_contain_out=*/true},
+                         {"--tokenizer", o->tokenizer}},
+                        /*folder=*/false);
+      contract =
+          std::make_unique<OutputFiles>(lo.has_parent_path() ? lo.parent_path().string() : ".",
+                                        "generate", false, "--logits-out");
+      contract->claim({lo.filename().string()});
+    }
     const torch::Device device(o->device);
     LoadedModel m = load_model(o->checkpoint, device);
     const std::string tok_path = o->tokenizer.empty() ? m.tokenizer : o->tokenizer;
@@ -72,13 +89,15 @@ Runner setup_generate(CLI::App& sub) {
       return true;
     });
     std::cout << "\n";
-    if (!o->logits_out.empty()) {
+    if (contract) {
       torch::NoGradGuard no_grad;
       const auto ids = torch::tensor(prompt, torch::kLong);
       const auto logits = m.model->forward(ids.unsqueeze(0).to(device))[0].to(torch::kFloat32);
+      contract->keep_previous();
       safetensors_save(o->logits_out, {{"tokens", ids},
                                        {"logits", logits.cpu()},
                                        {"generated", torch::tensor(generated, torch::kLong)}});
+      contract->record({lo.filename().string()});
     }
     return 0;
   };

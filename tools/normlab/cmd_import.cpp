@@ -6,9 +6,11 @@
 
 #include "command.h"
 #include "normlab/config/config_io.h"
+#include "normlab/train/checkpoint.h"
 #include "normlab/train/olmo_checkpoint.h"
 #include "normlab/util/error.h"
 #include "normlab/util/file_io.h"
+#include "normlab/util/output_contract.h"
 #include "python_tool.h"
 
 namespace normlab::cli {
@@ -43,6 +45,7 @@ Runner setup_import(CLI::App& sub) {
     std::string from, checkpoint, config, out;
     std::vector<std::string> overrides;
     int64_t step = 0;
+    bool overwrite = false;
   };
   auto o = std::make_shared<Options>();
   sub.add_option("--from", o->from, "the checkpoint's origin: olmo (the official SiameseNorm code)")
@@ -59,24 +62,37 @@ Runner setup_import(CLI::App& sub) {
       ->check(CLI::ExistingFile);
   sub.add_option("--set", o->overrides,
                  "override a key: section.key=value (repeatable, applied in order)");
-  sub.add_option("--out", o->out, "the run folder to write (config.yaml, checkpoints/step-N)")
+  sub.add_option("--out", o->out,
+                 "the run folder to write (config.yaml, checkpoints/step-N); a config.yaml "
+                 "there stops it (docs/reliability.md)")
       ->required();
+  sub.add_flag("--overwrite", o->overwrite, "replace a config.yaml in --out, whoever wrote it");
   sub.add_option("--step", o->step, "the training step the checkpoint is at (default 0)");
   return [o] {
     const RunConfig cfg = config_load(o->config, o->overrides);
     olmo_check_config(cfg.model);  // before any conversion
-    check_output_folder(o->out);   // a file there stays as it is
+    // The output contract (util/output_contract.h): before any conversion.
+    check_output_path("--out", o->out, {{"--checkpoint", o->checkpoint}, {"--config", o->config}});
+    if (checkpoint_latest(o->out))
+      throw CheckpointError(o->out + " already holds checkpoints: choose another --out");
+    OutputFiles contract(o->out, "import", o->overwrite);
+    contract.claim({"config.yaml"});
     const std::string tmp = (fs::temp_directory_path() /
                              ("normlab-import-" + std::to_string(::getpid()) + ".safetensors"))
                                 .string();
     std::string ckpt;
     try {
-      ckpt = olmo_import(safetensors_source(o->checkpoint, tmp), cfg, o->out, o->step);
+      const std::string source = safetensors_source(o->checkpoint, tmp);
+      contract.keep_previous();  // olmo_import writes config.yaml by a rename
+      ckpt = olmo_import(source, cfg, o->out, o->step);
+      contract.record({"config.yaml"});
     } catch (...) {
       fs::remove(tmp);
       throw;
     }
     fs::remove(tmp);
+    for (const std::string& note : contract.notes())
+      std::cerr << "normlab import: note: " << note << "\n";
     std::cout << "imported " << o->checkpoint << " into " << ckpt << "\n";
     return 0;
   };

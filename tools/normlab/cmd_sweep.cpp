@@ -18,6 +18,7 @@
 #include "normlab/sweep/sweep_manifest.h"
 #include "normlab/sweep/sweep_report.h"
 #include "normlab/util/file_io.h"
+#include "normlab/util/output_contract.h"
 #include "python_tool.h"
 
 extern char** environ;
@@ -37,7 +38,7 @@ Runner setup_sweep(CLI::App& sub) {
     std::string config, sweep, out, lr, scheme, seed;
     std::vector<std::string> overrides;
     int jobs = -1, gpus_per_run = -1;
-    bool report = false, no_plots = false, resume_stopped = false;
+    bool report = false, no_plots = false, resume_stopped = false, overwrite = false;
     std::string early_stop;
     int64_t min_steps = 0, reduction = 0;
     std::string launcher = "local", slurm_args;
@@ -79,7 +80,11 @@ Runner setup_sweep(CLI::App& sub) {
   sub.add_option("--gpus-per-node", o->gpus_per_node,
                  "Slurm: GPUs of each node, one rank each (default 0: CPU, one task)")
       ->check(CLI::NonNegativeNumber);
-  sub.add_option("--out", o->out, "sweep folder (default: sweeps/<sweep or config name>)");
+  CLI::Option* out_flag =
+      sub.add_option("--out", o->out, "sweep folder (default: sweeps/<sweep or config name>)");
+  sub.add_flag("--overwrite", o->overwrite,
+               "replace report and plot files in --out that an earlier sweep of it did not "
+               "write (docs/reliability.md)");
   sub.add_flag("--report", o->report, "only rebuild the reports and plots of --out");
   sub.add_flag("--no-plots", o->no_plots, "do not run tools/plot_sweep.py");
   sub.footer(
@@ -89,14 +94,34 @@ Runner setup_sweep(CLI::App& sub) {
       "Exit codes: 0 every run finished (completed or diverged), 1 error, 4 stopped (re-run to "
       "continue), "
       "5 some runs crashed (see their console.log; re-run to retry them).");
-  return [o] {
+  return [o, out_flag] {
+    // The output contract (util/output_contract.h): the reports and plots of an earlier sweep of
+    // the folder are kept as NAME.prev, any other file of those names stops it before any work.
+    const std::vector<std::string> plots =
+        o->no_plots ? std::vector<std::string>{}
+                    : std::vector<std::string>{"loss_curves.png", "ppl_vs_lr.png"};
+    std::vector<std::string> names = sweep_report_files();
+    names.insert(names.end(), plots.begin(), plots.end());
+    const auto plot = [&](OutputFiles& contract, const std::string& dir) {
+      if (plots.empty()) return;
+      contract.keep_previous(/*by_link=*/false, plots);  // matplotlib writes in place
+      run_python_tool("plot_sweep.py", {dir}, "plots");
+      contract.record(plots);
+    };
+    const auto notes = [](const OutputFiles& contract) {
+      for (const std::string& note : contract.notes())
+        std::cerr << "normlab sweep: note: " << note << "\n";
+    };
     if (o->report) {
-      if (o->out.empty()) throw std::invalid_argument("--report needs --out DIR");
-      check_output_folder(o->out);
+      if (out_flag->count() == 0) throw std::invalid_argument("--report needs --out DIR");
+      check_output_path("--out", o->out, {});
+      OutputFiles contract(o->out, "sweep", o->overwrite);
+      contract.claim(names);
       const std::vector<SweepPoint> points = sweep_manifest_read(o->out).points;
-      write_sweep_reports(o->out, points);
+      write_sweep_reports(o->out, points, &contract);
       std::cout << "reports: " << o->out << "/summary.md, summary.csv, summary.json\n";
-      if (!o->no_plots) run_python_tool("plot_sweep.py", {o->out}, "plots");
+      plot(contract, o->out);
+      notes(contract);
       return 0;
     }
     if (o->config.empty() && o->sweep.empty())
@@ -114,13 +139,16 @@ Runner setup_sweep(CLI::App& sub) {
     if (o->reduction > 0) spec.early_stop.reduction = o->reduction;
 
     std::string out = o->out;
-    if (out.empty())
+    if (out.empty() && out_flag->count() == 0)
       out = "sweeps/" + fs::path(o->sweep.empty() ? spec.config : o->sweep).stem().string();
-    check_output_folder(out);  // a file there stays as it is
+    check_output_path("--out", out, {{"--config", spec.config}, {"--sweep", o->sweep}});
+    OutputFiles contract(out, "sweep", o->overwrite);
+    contract.claim(names);
     std::signal(SIGINT, on_sweep_signal);
     std::signal(SIGTERM, on_sweep_signal);
     SweepOptions opts;
     opts.out = out;
+    opts.contract = &contract;
     opts.normlab = fs::read_symlink("/proc/self/exe").string();
     for (char** e = environ; *e; ++e) opts.environment.emplace_back(*e);
     // Runs of several GPUs start under torchrun from the project's Python; NORMLAB_TORCHRUN
@@ -151,7 +179,8 @@ Runner setup_sweep(CLI::App& sub) {
     if (spec.early_stop.asha)
       std::cout << ", " << r.stopped << " stopped early (" << r.steps_saved << " steps saved)";
     std::cout << "\n";
-    if (!o->no_plots) run_python_tool("plot_sweep.py", {out}, "plots");
+    plot(contract, out);
+    notes(contract);
     // The table itself, as in summary.md (up to its per-run section).
     const std::string md = read_file((fs::path(out) / "summary.md").string());
     const auto table = md.find("\n| scheme"), runs = md.find("\n## Runs");

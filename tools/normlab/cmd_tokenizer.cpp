@@ -5,6 +5,7 @@
 #include "command.h"
 #include "normlab/data/text_input.h"
 #include "normlab/data/tokenizer.h"
+#include "normlab/util/output_contract.h"
 
 namespace normlab::cli {
 
@@ -23,8 +24,14 @@ Runner setup_tokenizer(CLI::App& sub) {
       ->check(CLI::IsMember({"bpe", "unigram"}))
       ->capture_default_str();
   t->add_option("--out", train->out_dir,
-                "output folder: tokenizer.model, tokenizer.vocab (other files there stay)")
+                "output folder: tokenizer.model, tokenizer.vocab (other files there stay; an "
+                "earlier tokenizer train's are kept as NAME.prev, other files of those names "
+                "stop it: docs/reliability.md)")
       ->required();
+  auto overwrite = std::make_shared<bool>(false);
+  t->add_flag("--overwrite", *overwrite,
+              "replace a tokenizer.model or tokenizer.vocab in --out, whoever wrote it (never "
+              "one that token shards were prepared with)");
   t->add_option("--threads", train->threads, "training threads")->capture_default_str();
   t->add_option("--text-field", train->text_field, "JSONL field with the text")
       ->capture_default_str();
@@ -61,7 +68,16 @@ Runner setup_tokenizer(CLI::App& sub) {
   return [=] {
     if (t->parsed()) {
       train->model = *model_type == "bpe" ? TokenizerModel::Bpe : TokenizerModel::Unigram;
+      // The output contract (util/output_contract.h): before any work.
+      std::vector<OutputInput> inputs;
+      for (const std::string& in : train->inputs) inputs.push_back({"--input", in});
+      check_output_path("--out", train->out_dir, inputs);
+      OutputFiles contract(train->out_dir, "tokenizer train", *overwrite);
+      contract.claim({"tokenizer.model", "tokenizer.vocab"});
+      train->contract = &contract;
       const std::string path = tokenizer_train(*train);
+      for (const std::string& note : contract.notes())
+        std::cerr << "normlab tokenizer train: note: " << note << "\n";
       const Tokenizer tok(path);
       std::cout << "wrote " << path << " (" << tok.vocab_size() << " pieces, eos " << tok.eos_id()
                 << ")\n";

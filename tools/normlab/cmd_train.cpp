@@ -19,6 +19,7 @@
 #include "fault.h"
 #include "normlab/config/config_io.h"
 #include "normlab/distributed/communicator.h"
+#include "normlab/train/run_folder.h"
 #include "normlab/train/train_flags.h"
 #include "normlab/train/trainer.h"
 #include "normlab/util/cpu_allocator.h"
@@ -26,6 +27,7 @@
 #include "normlab/util/error.h"
 #include "normlab/util/file_io.h"
 #include "normlab/util/log.h"
+#include "normlab/util/output_contract.h"
 #include "python_tool.h"
 #include "stop_signals.h"
 
@@ -66,24 +68,29 @@ Runner setup_train(CLI::App& sub) {
   auto o = std::make_shared<TrainArgs>();
   sub.add_option(f::kConfig.name, o->config, f::kConfig.help)->required()->check(CLI::ExistingFile);
   sub.add_option(f::kSet.name, o->overrides, f::kSet.help);
-  sub.add_option(f::kOut.name, o->out, f::kOut.help);
+  CLI::Option* out_flag = sub.add_option(f::kOut.name, o->out, f::kOut.help);
   sub.add_flag(f::kResume.name, o->resume, f::kResume.help);
   sub.add_option(f::kInitFrom.name, o->init_from, f::kInitFrom.help)->check(CLI::ExistingPath);
   sub.add_option(f::kStopAfter.name, o->stop_after, f::kStopAfter.help);
   sub.add_flag(f::kNoPlots.name, o->no_plots, f::kNoPlots.help);
+  sub.add_flag(f::kOverwrite.name, o->overwrite, f::kOverwrite.help);
   sub.footer(
       "Exit codes: 0 completed, 1 error, 3 diverged (non-finite loss or gradient), 4 interrupted "
       "(checkpoint saved).");
-  return [o] {
+  return [o, out_flag] {
     const RunConfig cfg =
         config_load(o->config, o->overrides);  // all config errors before any work
     std::string out = o->out;
-    if (out.empty())
+    if (out.empty() && out_flag->count() == 0)
       out = "runs/" + std::filesystem::path(o->config).stem().string() + "-" +
             std::string(enum_name(cfg.model.scheme));
-    check_output_folder(out);  // a file there stays as it is
+    // The output contract (util/output_contract.h, train/run_folder.h): before any file opens.
+    check_output_path(f::kOut.name, out,
+                      {{f::kConfig.name, o->config}, {f::kInitFrom.name, o->init_from, true}});
     const std::map<std::string, std::string> vars = environment();
     const DistEnv env = dist_env_from(vars);
+    const std::vector<std::string> set_aside =
+        prepare_run_folder(out, cfg, o->resume, o->overwrite, !o->no_plots, env.rank == 0);
     // Before any thread exists: every thread started later inherits the blocked signals.
     const StopSignals& signals =
         StopSignals::start(env.world > 1 ? "rank " + std::to_string(env.rank) + " of " +
@@ -102,6 +109,7 @@ Runner setup_train(CLI::App& sub) {
       static auto* cpu_allocator = new CpuCachingAllocator();
       cpu_allocator->install();
     }
+    for (const std::string& line : set_aside) log.info(line);
     TrainOptions opts;
     opts.run_dir = out;
     opts.resume = o->resume;

@@ -19,6 +19,8 @@
 
 namespace normlab {
 
+class OutputFiles;  // util/output_contract.h
+
 class TokenizerError : public DataError {
  public:
   using DataError::DataError;
@@ -36,6 +38,9 @@ struct TokenizerTrainOptions {
   double character_coverage = 0.9995;
   int64_t max_sentences = 2'000'000;  // sentences sampled for training (0 = all)
   uint64_t seed = 0;
+  /// The command's output contract for out_dir (util/output_contract.h), or none: its earlier
+  /// tokenizer is kept as NAME.prev before the new files go in, and they are recorded.
+  OutputFiles* contract = nullptr;
 };
 
 /// The smallest vocabulary with byte fallback: 3 special pieces, 256 byte pieces, and a piece
@@ -46,7 +51,9 @@ inline constexpr int64_t kMinVocabSize = 261;
 /// Trains a model on the documents of `inputs` (one training sentence per line) and writes
 /// out_dir/tokenizer.model and tokenizer.vocab atomically, beside whatever else out_dir holds.
 /// A vocab_size below the text's minimum is a TokenizerError stating that minimum; an out_dir
-/// that exists and is not a folder is a FileError, before any work. Returns the model path.
+/// that check_output_path refuses (util/output_contract.h) is a FileError, and one holding the
+/// tokenizer.model that token shards were prepared with (an index.json in it or in a folder
+/// inside it names that file) a TokenizerError, before any work. Returns the model path.
 std::string tokenizer_train(const TokenizerTrainOptions& options);
 
 class Tokenizer {

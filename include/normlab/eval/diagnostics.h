@@ -98,4 +98,8 @@ DiagnosticsReport run_diagnostics(DecoderLMImpl& model, const torch::Tensor& inp
 /// The report as one JSON line (no newline).
 std::string diagnostics_json(const DiagnosticsReport& report);
 
+/// The plots tools/plot_diagnostics.py may write next to a diagnostics.jsonl (which of them
+/// depends on the model), for the commands' output checks (util/output_contract.h).
+std::vector<std::string> diagnostics_plot_files();
+
 }  // namespace normlab

@@ -21,6 +21,8 @@
 
 namespace normlab {
 
+class OutputFiles;  // util/output_contract.h
+
 /// Splits the visible devices into disjoint sets of `per_run` ("0,1,2,3", 2 -> {"0,1", "2,3"}).
 std::vector<std::string> gpu_slots(const std::vector<std::string>& devices, int per_run);
 
@@ -44,9 +46,10 @@ struct SweepOptions {
   const std::atomic<int>* stop =
       nullptr;  // 1: stop children (SIGTERM) and launch no more; 2: kill them
   std::function<void(const std::string&)> say;  // progress lines (may be empty)
-  bool resume_stopped = false;  // run the points that early stopping stopped to the end
-  bool use_slurm = false;       // each run a Slurm job (slurm.h) instead of a child process
-  SlurmOptions slurm;           // with use_slurm
+  bool resume_stopped = false;      // run the points that early stopping stopped to the end
+  bool use_slurm = false;           // each run a Slurm job (slurm.h) instead of a child process
+  SlurmOptions slurm;               // with use_slurm
+  OutputFiles* contract = nullptr;  // the reports' output contract (write_sweep_reports)
 };
 
 struct SweepOutcome {

@@ -17,6 +17,8 @@
 
 namespace normlab {
 
+class OutputFiles;  // util/output_contract.h
+
 struct PointResult {
   SweepPoint point;
   PointState state = PointState::Pending;
@@ -51,7 +53,14 @@ std::string sweep_csv(const std::vector<PointResult>& results);
 std::string sweep_json(const std::vector<PointResult>& results, const std::string& title);
 
 /// Reads every point's run folder under SWEEP_DIR/runs and writes the three reports atomically.
+/// `contract`: the sweep's output contract for SWEEP_DIR (util/output_contract.h), which has
+/// claimed the reports' names: an earlier sweep's reports are kept as NAME.prev the first time,
+/// and each write is recorded in the folder's ledger.
 std::vector<PointResult> write_sweep_reports(const std::string& sweep_dir,
-                                             const std::vector<SweepPoint>& points);
+                                             const std::vector<SweepPoint>& points,
+                                             OutputFiles* contract = nullptr);
+
+/// The names of the three reports.
+std::vector<std::string> sweep_report_files();
 
 }  // namespace normlab

@@ -12,7 +12,8 @@
 
 namespace normlab {
 
-class WriteFault;  // util/file_io.h
+class WriteFault;   // util/file_io.h
+class OutputFiles;  // util/output_contract.h
 
 /// `source` is a checkpoint folder or a run folder (its newest checkpoint). Returns the
 /// checkpoint exported. The files go into `out_dir` beside whatever it already holds (a git
@@ -20,9 +21,11 @@ class WriteFault;  // util/file_io.h
 /// the one of its name atomically (util/file_io.h, StagedFiles), so a crash leaves the previous
 /// files whole. An `out_dir` that exists and is not a folder is a FileError, nothing written.
 /// `fault` (tests only): its files are written through it (util/file_io.h, WriteFault).
-/// `written`: the names of the files written.
+/// `written`: the names of the files written. `contract`: the command's output contract for
+/// `out_dir` (util/output_contract.h), which the final renames follow.
 std::string export_model(const std::string& source, const std::string& out_dir,
-                         WriteFault* fault = nullptr, std::vector<std::string>* written = nullptr);
+                         WriteFault* fault = nullptr, std::vector<std::string>* written = nullptr,
+                         OutputFiles* contract = nullptr);
 
 /// The model config of an export folder's config.json.
 ModelConfig export_config(const std::string& dir);

@@ -19,14 +19,18 @@
 
 namespace normlab {
 
+class OutputFiles;  // util/output_contract.h
+
 /// `source` is anything load_model accepts: a run, checkpoint or normlab export folder.
 /// Returns the folder the weights came from. The tokenizer files are written when the source
 /// records a tokenizer (`tokenizer` overrides it; "" = the recorded one, none: no tokenizer
 /// files). The files go into `out_dir` beside whatever it holds, each atomically, as
-/// export_model's (export.h); `written`: the names of the files written.
+/// export_model's (export.h); `written`: the names of the files written; `contract`: as
+/// export_model's.
 std::string export_model_hf(const std::string& source, const std::string& out_dir,
                             const std::string& tokenizer = "",
-                            std::vector<std::string>* written = nullptr);
+                            std::vector<std::string>* written = nullptr,
+                            OutputFiles* contract = nullptr);
 
 /// The text of src/train/hf/modeling_normlab.py and configuration_normlab.py, as built in.
 const char* hf_modeling_py();

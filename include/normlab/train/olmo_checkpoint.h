@@ -32,6 +32,8 @@
 
 namespace normlab {
 
+class OutputFiles;  // util/output_contract.h
+
 /// Throws ConfigError naming the key when the official code has no such model: a scheme other
 /// than siamese_hybrid, or tied embeddings.
 void olmo_check_config(const ModelConfig& cfg);
@@ -63,8 +65,10 @@ std::string olmo_import(const std::string& file_or_dir, const RunConfig& cfg,
 /// Writes OUT_DIR/model.safetensors under the official names (fp32) and
 /// OUT_DIR/normlab_config.yaml (the run's configuration, for importing it back) from a
 /// checkpoint or run folder, each file atomically and beside whatever else OUT_DIR holds (as
-/// export_model, export.h). Returns the checkpoint exported; `written`: the names written.
+/// export_model, export.h). Returns the checkpoint exported; `written`: the names written;
+/// `contract`: as export_model's.
 std::string olmo_export(const std::string& source, const std::string& out_dir,
-                        std::vector<std::string>* written = nullptr);
+                        std::vector<std::string>* written = nullptr,
+                        OutputFiles* contract = nullptr);
 
 }  // namespace normlab

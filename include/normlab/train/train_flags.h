@@ -28,6 +28,10 @@ inline constexpr TrainFlag kInitFrom{
     "(names and shapes must match the config's model; a checkpoint found by --resume wins)"};
 inline constexpr TrainFlag kStopAfter{
     "--stop-after", "checkpoint and stop after N steps of this invocation (exit 4)"};
+inline constexpr TrainFlag kOverwrite{
+    "--overwrite",
+    "start afresh in a run folder that holds the files of an earlier run but no checkpoint "
+    "(config.yaml, train.log, metrics.jsonl, ...), replacing them (docs/reliability.md)"};
 inline constexpr TrainFlag kNoPlots{"--no-plots",
                                     "with diagnostics on: do not run tools/plot_diagnostics.py"};
 }  // namespace train_flags
@@ -41,10 +45,11 @@ struct TrainArgs {
   std::string init_from;               // --init-from; "" = none
   int64_t stop_after = 0;              // --stop-after; 0 = none
   bool no_plots = false;               // --no-plots
+  bool overwrite = false;              // --overwrite
 };
 
 /// `train --config C [--set S]... [--out O] [--resume] [--init-from W] [--stop-after N]
-/// [--no-plots]`: the arguments after the program's name, each flag only when set.
+/// [--no-plots] [--overwrite]`: the arguments after the program's name, each flag only when set.
 std::vector<std::string> train_command(const TrainArgs& args);
 
 }  // namespace normlab

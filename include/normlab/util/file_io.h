@@ -16,6 +16,8 @@
 
 namespace normlab {
 
+class OutputFiles;  // output_contract.h
+
 /// A read-only mapping of a whole file. Empty files map to data() == nullptr, size() == 0.
 class MappedFile {
  public:
@@ -140,10 +142,13 @@ class AtomicFolder {
 /// writer of the folder removes (its process is gone). The folder is created when missing; a
 /// path that exists and is not a folder is a FileError naming it before anything is written.
 /// Destroyed without commit() (an exception on the way), the staging folder is removed, and
-/// the folder too when this writer created it and it is empty again.
+/// the folder too when this writer created it and it is empty again. With `contract` (the
+/// command's OutputFiles for this folder), commit() first claims the names it is about to move
+/// (refusing, before any rename, a file of the user's), keeps the command's own earlier files
+/// as NAME.prev, and records the new ones in the folder's ledger afterwards.
 class StagedFiles {
  public:
-  explicit StagedFiles(std::string folder);
+  explicit StagedFiles(std::string folder, OutputFiles* contract = nullptr);
   ~StagedFiles();
   StagedFiles(const StagedFiles&) = delete;
   StagedFiles& operator=(const StagedFiles&) = delete;
@@ -157,6 +162,7 @@ class StagedFiles {
 
  private:
   std::string folder_, tmp_;
+  OutputFiles* contract_;
   bool created_ = false, committed_ = false;
 };
 

@@ -124,6 +124,22 @@ TEST(Config, RejectsBadInputNamingTheSourceAndKey) {
       {"",
        {"model.siamese.hyper.variant=dhc"},
        "model.siamese.hyper.variant: unknown value 'dhc' (valid: hc, mhc)"},
+      // A section only some schemes read, set on another scheme (its defaults pass).
+      {"",
+       {"model.scheme=pre_norm", "model.hyper.n=4"},
+       "model.hyper.n = 4: read only by model.scheme = hyper, not by model.scheme = pre_norm"},
+      {"",
+       {"model.scheme=siamese_hybrid", "model.hyper.dynamic=false"},
+       "model.hyper.dynamic = false: read only by model.scheme = hyper, not by model.scheme = "
+       "siamese_hybrid"},
+      {"",
+       {"model.scheme=hyper", "model.siamese.hyper.n=2"},
+       "model.siamese.hyper.n = 2: read only by model.scheme = siamese or siamese_hybrid, not by "
+       "model.scheme = hyper"},
+      {"",
+       {"model.scheme=pre_norm", "model.siamese.hyper.variant=mhc"},
+       "model.siamese.hyper.variant = mhc: read only by model.scheme = siamese or "
+       "siamese_hybrid"},
       {"",
        {"train.stepz=3"},
        "--set train.stepz=3: train.stepz: unknown key (did you mean 'train.steps'?)"},
@@ -139,6 +155,19 @@ TEST(Config, RejectsBadInputNamingTheSourceAndKey) {
     const std::string err = config_error_of(c.file.empty() ? "" : dir / c.file, c.overrides);
     EXPECT_NE(err.find(c.expect), std::string::npos) << c.file << ": got '" << err << "'";
   }
+}
+
+TEST(Config, SchemeSectionsLoadWithTheirSchemesAndAsDefaultsElsewhere) {
+  // model.hyper with hyper, model.siamese.hyper with siamese and siamese_hybrid.
+  EXPECT_EQ(config_load("", {"model.scheme=hyper", "model.hyper.n=4"}).model.hyper.n, 4);
+  for (const char* s : {"siamese", "siamese_hybrid"})
+    EXPECT_EQ(config_load("", {std::string("model.scheme=") + s, "model.siamese.hyper.n=2"})
+                  .model.siamese.hyper.n,
+              2);
+  // The defaults, as every resolved config.yaml writes them, load with any scheme, and so does
+  // that config.yaml.
+  const RunConfig pre = config_load("", {"model.scheme=pre_norm", "model.hyper.n=2"});
+  EXPECT_EQ(config_to_yaml(pre), config_to_yaml(config_load("", {"model.scheme=pre_norm"})));
 }
 
 TEST(Config, ShippedConfigsLoad) {

@@ -168,7 +168,8 @@ TEST(DataPrepare, BadInputsFailClearlyAndLeaveNoShards) {
       {{dir / "bad.jsonl"}, "o5", "bad.jsonl:2: invalid JSON"},
       {{dir / "nofield.jsonl"}, "o6", "nofield.jsonl:1: no string field 'text'"},
       {{dir / "good.txt"}, "full", "full: exists and is not empty (pass --overwrite"},
-      {{dir.path.string()}, "o8", ": not a regular file"},
+      {{dir / "full"}, "o8", ": not a regular file"},
+      {{dir.path.string()}, "o9", "/o9: lies inside the input (--input "},  // the output contract
   };
   for (const Case& c : cases) {
     const std::string err = data_prepare_error_of(options(c.inputs, dir / c.out));

@@ -6,11 +6,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "normlab/util/file_io.h"
+#include "normlab/util/output_contract.h"
 
 using namespace normlab;
 namespace fs = std::filesystem;
@@ -159,4 +161,184 @@ TEST(CheckOutputFolder, RefusesWhatIsNotAFolder) {
   EXPECT_THROW(check_output_folder((dir.path / "dangling").string()), FileError);
   fs::create_directory_symlink(dir.path, dir.path / "link");
   EXPECT_NO_THROW(check_output_folder((dir.path / "link").string()));
+}
+
+// ---- the output contract (util/output_contract.h) ----------------------------------------------
+
+namespace {
+
+// The file's bytes and CRC-32, to compare before and after.
+FileDigest os_digest(const fs::path& p) { return file_digest(p.string()); }
+
+std::string os_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const FileError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(CheckOutputPath, RefusesEmptyTheInputInsideTheInputAndProtectedFolders) {
+  OutputSafetyDir dir;
+  const fs::path in = dir.path / "run";
+  os_put(in / "config.yaml", "x");
+  EXPECT_EQ(os_error([&] { check_output_path("--out", "", {}); }),
+            "--out '': names no path: give the folder to write (nothing was changed)");
+  EXPECT_NE(os_error([&] {
+              check_output_path("--out", in.string(), {{"--checkpoint", in.string()}});
+            }).find("--out " + in.string() + ": is the input (--checkpoint " + in.string() + ")"),
+            std::string::npos);
+  // The same folder through another spelling (a trailing separator, a link) is the same folder.
+  fs::create_directory_symlink(in, dir.path / "link");
+  EXPECT_NE(
+      os_error([&] {
+        check_output_path("--out", (dir.path / "link/").string(), {{"--checkpoint", in.string()}});
+      }).find("is the input"),
+      std::string::npos);
+  const std::string inside = (in / "export").string();
+  EXPECT_NE(os_error([&] {
+              check_output_path("--out", inside, {{"--data", in.string()}});
+            }).find("--out " + inside + ": lies inside the input (--data " + in.string() + ")"),
+            std::string::npos);
+  EXPECT_NO_THROW(check_output_path("--out", inside, {{"--checkpoint", in.string(), true}}));
+  EXPECT_NO_THROW(check_output_path("--out", (dir.path / "runx").string(),
+                                    {{"--checkpoint", in.string()}}));  // a name's prefix only
+  // A checkpoint folder (state.json) and a token-shard folder (index.json), and inside them.
+  const fs::path ckpt = in / "checkpoints/step-00000002";
+  os_put(ckpt / "state.json", "{}");
+  os_put(dir.path / "shards/index.json", "{}");
+  // Alone, a state.json or an index.json (a web project's) protects nothing.
+  EXPECT_EQ(protected_folder_kind(ckpt.string()), "");
+  EXPECT_EQ(protected_folder_kind((dir.path / "shards").string()), "");
+  os_put(ckpt / "model.safetensors", "weights");
+  os_put(dir.path / "shards/val-00000.bin", "tokens");
+  EXPECT_EQ(protected_folder_kind(ckpt.string()), "a checkpoint folder");
+  EXPECT_EQ(protected_folder_kind((dir.path / "shards").string()), "a token-shard folder");
+  EXPECT_EQ(protected_folder_kind(in.string()), "");
+  EXPECT_EQ(protected_folder_kind((in / "checkpoints").string()), "a run's checkpoints folder");
+  EXPECT_NE(os_error([&] {
+              check_output_path("--out", (in / "checkpoints").string(), {});
+            }).find(": is a run's checkpoints folder"),
+            std::string::npos);
+  EXPECT_NE(os_error([&] {
+              check_output_path("--out", ckpt.string(), {});
+            }).find(": is a checkpoint folder"),
+            std::string::npos);
+  EXPECT_NE(os_error([&] {
+              check_output_path("--out", (ckpt / "x").string(), {});
+            }).find(": lies inside a checkpoint folder"),
+            std::string::npos);
+  EXPECT_NE(os_error([&] {
+              check_output_path("--out", (dir.path / "shards").string(), {});
+            }).find("is a token-shard folder"),
+            std::string::npos);
+  // A file where a folder goes; a file is fine where a file goes.
+  os_put(dir.path / "file", "mine");
+  EXPECT_NE(os_error([&] {
+              check_output_path("--out", (dir.path / "file").string(), {});
+            }).find("exists and is a file"),
+            std::string::npos);
+  EXPECT_NO_THROW(check_output_path("--out", (dir.path / "file").string(), {}, false));
+  EXPECT_NE(os_error([&] {
+              check_output_path("--out", in.string(), {}, false);
+            }).find("--out " + in.string() + ": exists and is a folder; --out names a file"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(dir.path / "runx"));  // nothing created
+}
+
+TEST(OutputFiles, RefusesAForeignFileOfAClaimedNameAndChangesNothing) {
+  OutputSafetyDir dir;
+  os_put(dir.path / "summary.md", "my summary\n");
+  os_put(dir.path / "plots/loss.png", "mine");
+  const FileDigest before = os_digest(dir.path / "summary.md");
+  OutputFiles out(dir.path.string(), "sweep", false);
+  const std::string e = os_error([&] { out.claim({"summary.md", "summary.csv", "plots"}); });
+  EXPECT_NE(e.find(dir.path.string() + ": holds summary.md, plots (a folder), which `normlab "
+                                       "sweep` writes and which are not its unchanged output of "
+                                       "an earlier run"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("pass --overwrite to replace them, or choose another --out"), std::string::npos);
+  EXPECT_EQ(os_digest(dir.path / "summary.md"), before);
+  EXPECT_FALSE(fs::exists(dir.path / OutputFiles::kLedger));
+  // --overwrite replaces a file, never a folder.
+  OutputFiles over(dir.path.string(), "sweep", true);
+  EXPECT_NE(os_error([&] {
+              over.claim({"summary.md", "plots"});
+            }).find("plots (a folder):"),
+            std::string::npos);
+  OutputFiles over2(dir.path.string(), "sweep", true);
+  over2.claim({"summary.md"});
+  EXPECT_EQ(over2.foreign(), std::vector<std::string>{"summary.md"});
+  EXPECT_EQ(over2.keep_previous().size(), 1u);  // "replaced (--overwrite)", nothing set aside
+  EXPECT_FALSE(fs::exists(dir.path / "summary.md.prev"));
+}
+
+TEST(OutputFiles, AnOwnUnchangedEarlierOutputIsKeptAsPrev) {
+  OutputSafetyDir dir;
+  const auto write = [&](const std::string& text, bool by_link) {
+    OutputFiles out(dir.path.string(), "analyze", false);
+    out.claim({"diagnostics.jsonl"});
+    const std::vector<std::string> lines = out.keep_previous(by_link);
+    write_file_atomic((dir.path / "diagnostics.jsonl").string(),
+                      [&](FileWriter& w) { w.write(text); });
+    out.record({"diagnostics.jsonl"});
+    return lines;
+  };
+  EXPECT_TRUE(write("first\n", true).empty());
+  const std::vector<std::string> lines = write("second\n", true);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("the output of an earlier `normlab analyze`, kept as "
+                          "diagnostics.jsonl.prev"),
+            std::string::npos)
+      << lines[0];
+  EXPECT_EQ(read_file((dir.path / "diagnostics.jsonl").string()), "second\n");
+  EXPECT_EQ(read_file((dir.path / "diagnostics.jsonl.prev").string()), "first\n");
+  write("third\n", false);  // one generation: the own .prev is replaced
+  EXPECT_EQ(read_file((dir.path / "diagnostics.jsonl.prev").string()), "second\n");
+  // Changed by hand since: no longer provably its own.
+  os_put(dir.path / "diagnostics.jsonl", "edited\n");
+  OutputFiles out(dir.path.string(), "analyze", false);
+  EXPECT_NE(os_error([&] { out.claim({"diagnostics.jsonl"}); })
+                .find((dir.path / "diagnostics.jsonl").string() +
+                      ": exists and is not the unchanged output of an earlier `normlab analyze`"),
+            std::string::npos);
+  // Another command's output is not this one's.
+  write_file_atomic((dir.path / "diagnostics.jsonl").string(),
+                    [&](FileWriter& w) { w.write("x\n"); });
+  OutputFiles a(dir.path.string(), "analyze", true);
+  a.claim({"diagnostics.jsonl"});
+  a.record({"diagnostics.jsonl"});
+  OutputFiles t(dir.path.string(), "train", false);
+  EXPECT_THROW(t.claim({"diagnostics.jsonl"}), FileError);
+  EXPECT_EQ(read_file((dir.path / "diagnostics.jsonl").string()), "x\n");
+}
+
+TEST(OutputFiles, AForeignPrevBlocksKeepingAnOwnFile) {
+  OutputSafetyDir dir;
+  {
+    OutputFiles out(dir.path.string(), "export", false);
+    out.claim({"config.json"});
+    os_put(dir.path / "config.json", "export's\n");
+    out.record({"config.json"});
+  }
+  os_put(dir.path / "config.json.prev", "mine\n");
+  OutputFiles out(dir.path.string(), "export", false);
+  EXPECT_NE(
+      os_error([&] { out.claim({"config.json"}); }).find("config.json.prev (where the earlier"),
+      std::string::npos);
+  EXPECT_EQ(read_file((dir.path / "config.json.prev").string()), "mine\n");
+  EXPECT_EQ(read_file((dir.path / "config.json").string()), "export's\n");
+}
+
+TEST(OutputFiles, AForeignLedgerIsRefusedNotReplaced) {
+  OutputSafetyDir dir;
+  os_put(dir.path / OutputFiles::kLedger, "not json");
+  OutputFiles out(dir.path.string(), "export", false);
+  EXPECT_NE(os_error([&] { out.claim({"config.json"}); }).find("not a normlab output ledger"),
+            std::string::npos);
+  EXPECT_EQ(read_file((dir.path / OutputFiles::kLedger).string()), "not json");
 }
