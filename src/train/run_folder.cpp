@@ -46,14 +46,14 @@ std::vector<std::string> run_folder_files(const std::string& run_dir, const RunC
 }
 
 std::vector<std::string> prepare_run_folder(const std::string& run_dir, const RunConfig& cfg,
-                                            bool resume, bool overwrite, bool plots, bool act) {
+                                            bool resume, bool overwrite, bool plots) {
   std::vector<std::string> lines;
   const fs::path dir(run_dir);
   if (checkpoint_latest(run_dir)) {
     // Resuming continues the run's own files (or the trainer refuses without --resume). A
     // config.yaml edited since it was written is kept before the resolved one replaces it.
     const fs::path config = dir / "config.yaml";
-    if (resume && act && is_file(config) && read_file(config.string()) != config_to_yaml(cfg))
+    if (resume && is_file(config) && read_file(config.string()) != config_to_yaml(cfg))
       lines.push_back(
           config.string() + ": differs from this run's resolved configuration: kept as " +
           fs::path(keep_as_prev(config.string(), /*by_link=*/true)).filename().string());
@@ -69,7 +69,6 @@ std::vector<std::string> prepare_run_folder(const std::string& run_dir, const Ru
                     "--overwrite to start afresh over them, or choose another --out (nothing was "
                     "changed)");
   }
-  if (!act) return lines;
   if (overwrite) {
     // The trainer rewrites the others from the start; train.log it would append to.
     if (is_file(dir / "train.log")) fs::remove(dir / "train.log");

@@ -89,8 +89,10 @@ Runner setup_train(CLI::App& sub) {
                       {{f::kConfig.name, o->config}, {f::kInitFrom.name, o->init_from, true}});
     const std::map<std::string, std::string> vars = environment();
     const DistEnv env = dist_env_from(vars);
+    // Rank 0 alone: the other ranks start while it writes the folder's files.
     const std::vector<std::string> set_aside =
-        prepare_run_folder(out, cfg, o->resume, o->overwrite, !o->no_plots, env.rank == 0);
+        env.rank == 0 ? prepare_run_folder(out, cfg, o->resume, o->overwrite, !o->no_plots)
+                      : std::vector<std::string>{};
     // Before any thread exists: every thread started later inherits the blocked signals.
     const StopSignals& signals =
         StopSignals::start(env.world > 1 ? "rank " + std::to_string(env.rank) + " of " +

@@ -23,12 +23,13 @@ namespace normlab {
 std::vector<std::string> run_folder_files(const std::string& run_dir, const RunConfig& cfg,
                                           bool plots);
 
-/// Applies the rules above to `run_dir` before a run opens any file there. Throws FileError
-/// (one line naming the folder, the files and the ways out; nothing changed) for a fresh start
-/// over files of its names without --overwrite or --resume. `act`: rank 0, which sets files
-/// aside or removes train.log (--overwrite); the other ranks only check. Returns one line for
-/// the log per file set aside or replaced.
+/// Applies the rules above to `run_dir` before a run opens any file there: sets files aside, or
+/// removes train.log (--overwrite). Throws FileError (one line naming the folder, the files and
+/// the ways out; nothing changed) for a fresh start over files of its names without --overwrite
+/// or --resume. Returns one line for the log per file set aside or replaced. In a run of several
+/// processes rank 0 alone calls it (the others start while it writes the folder's files; they
+/// stop with the job when it refuses).
 std::vector<std::string> prepare_run_folder(const std::string& run_dir, const RunConfig& cfg,
-                                            bool resume, bool overwrite, bool plots, bool act);
+                                            bool resume, bool overwrite, bool plots);
 
 }  // namespace normlab
