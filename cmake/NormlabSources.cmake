@@ -14,6 +14,7 @@ set(NORMLAB_SOURCES
   data/loader.cpp
   data/megatron_index.cpp
   data/mixture.cpp
+  data/npy.cpp
   data/shard.cpp
   data/source.cpp
   data/text_input.cpp

@@ -43,9 +43,9 @@ std::string source_error(const DataSource& s) {
   if (s.path.empty()) return "path: empty (a folder, file or prefix is needed)";
   if (s.format != "shards" && s.format != "tokens" && s.format != "megatron")
     return "format: unknown value '" + s.format + "' (valid: shards, tokens, megatron)";
-  if (s.format == "tokens" && s.dtype != "uint16" && s.dtype != "uint32")
-    return "dtype: format tokens needs dtype uint16 or uint32" +
-           (s.dtype.empty() ? std::string() : ", got '" + s.dtype + "'");
+  if (s.format == "tokens" && !s.dtype.empty() && s.dtype != "uint16" && s.dtype != "uint32" &&
+      s.dtype != "int32" && s.dtype != "int64")
+    return "dtype: token arrays hold uint16, uint32, int32 or int64, got '" + s.dtype + "'";
   if (s.format == "megatron" && !s.dtype.empty() && s.dtype != "uint16" && s.dtype != "int32" &&
       s.dtype != "int64")
     return "dtype: a Megatron dataset of token ids holds uint16, int32 or int64, got '" + s.dtype +

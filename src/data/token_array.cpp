@@ -36,6 +36,15 @@ const char* token_type_name(TokenType t) {
   return "?";
 }
 
+bool token_type_from_name(const std::string& name, TokenType& type) {
+  for (const TokenType t : {TokenType::U16, TokenType::U32, TokenType::I32, TokenType::I64})
+    if (name == token_type_name(t)) {
+      type = t;
+      return true;
+    }
+  return false;
+}
+
 uint32_t token_type_bytes(TokenType t) {
   return t == TokenType::U16 ? 2 : t == TokenType::I64 ? 8 : 4;
 }
@@ -59,8 +68,9 @@ int64_t TokenArray::at(uint64_t i) const {
 void TokenArray::bad_id(uint64_t i, int64_t vocab_size) const {
   const int64_t v = at(i);
   std::string msg = path_ + ": token id " + std::to_string(v) + " at offset " + std::to_string(i) +
-                    " (byte " + std::to_string(byte_offset_ + i * token_type_bytes(type_)) +
-                    ") is outside the vocabulary of " + std::to_string(vocab_size) +
+                    " (byte " + std::to_string(byte_offset_ + i * token_type_bytes(type_)) + ") " +
+                    (v < 0 ? "is negative; ids are 0 to " + std::to_string(vocab_size - 1)
+                           : "is outside the vocabulary of " + std::to_string(vocab_size)) +
                     " (model.vocab_size)";
   if (type_ == TokenType::U32 && v > 65535)
     msg += "; ids of a uint16 file read as uint32 look like this: is its dtype uint16?";

@@ -3,6 +3,7 @@
 
 #include "normlab/data/loader.h"
 #include "normlab/data/megatron_index.h"
+#include "normlab/data/npy.h"
 #include "normlab/data/text_input.h"
 #include "normlab/util/file_io.h"
 
@@ -19,6 +20,37 @@ bool looks_like_uint32(const TokenArray& a) {
   for (uint64_t i = 0; i < n; i += 2)
     if (a.at(i) != 0) return true;
   return false;
+}
+
+// A NumPy .npy file: its header says the dtype and where the ids start.
+TokenArray npy_array(const std::shared_ptr<MappedFile>& file, const std::string& path,
+                     const DataSource& source) {
+  const NpyHeader h = npy_parse_header(file->data(), file->size(), path);
+  if (!source.dtype.empty() && source.dtype != token_type_name(h.type))
+    throw DataError(path + ": a .npy array of " + token_type_name(h.type) +
+                    " ids, the source says dtype " + source.dtype + " (leave dtype out for .npy)");
+  return TokenArray(file, file->data() + h.data_offset, h.elements, h.type, path, h.data_offset);
+}
+
+// A raw array (nanoGPT's .bin, OLMo's memmaps): the source's dtype says how to read it.
+TokenArray raw_array(const std::shared_ptr<MappedFile>& file, const std::string& path,
+                     const DataSource& source) {
+  TokenType type = TokenType::U16;
+  if (!token_type_from_name(source.dtype, type))
+    throw DataError(path +
+                    ": a raw token array (no .npy header) needs the source's dtype: "
+                    "uint16, uint32, int32 or int64");
+  const uint32_t width = token_type_bytes(type);
+  if (file->size() % width != 0)
+    throw DataError(path + ": " + std::to_string(file->size()) +
+                    " bytes is not a whole number of " + source.dtype +
+                    " ids (truncated, or another dtype)");
+  TokenArray a(file, file->data(), file->size() / width, type, path, 0);
+  if (looks_like_uint32(a))
+    throw DataError(path +
+                    ": every second uint16 id is 0, as when uint32 ids are read as "
+                    "uint16: is its dtype uint32?");
+  return a;
 }
 
 }  // namespace
@@ -59,21 +91,15 @@ void TokenDataset::require_samples(const std::string& what) const {
 }
 
 void TokenDataset::open_tokens(int64_t vocab) {
-  const TokenType type = source_.dtype == "uint16" ? TokenType::U16 : TokenType::U32;
-  const uint32_t width = token_type_bytes(type);
   uint64_t eos_count = 0;
   for (const std::string& path : expand_inputs({source_.path})) {
     auto file = std::make_shared<MappedFile>(path);
-    if (file->size() % width != 0)
-      throw DataError(path + ": " + std::to_string(file->size()) +
-                      " bytes is not a whole number of " + source_.dtype +
-                      " ids (truncated, or another dtype)");
-    const char* data = file->data();
-    TokenArray a(file, data, file->size() / width, type, path, 0);
-    if (looks_like_uint32(a))
-      throw DataError(path +
-                      ": every second uint16 id is 0, as when uint32 ids are read as "
-                      "uint16: is its dtype uint32?");
+    TokenArray a = npy_has_magic(file->data(), file->size()) ? npy_array(file, path, source_)
+                                                             : raw_array(file, path, source_);
+    if (!arrays_.empty() && a.type() != arrays_.front().type())
+      throw DataError(path + ": holds " + token_type_name(a.type()) + " ids, " +
+                      arrays_.front().path() + " of the same source holds " +
+                      token_type_name(arrays_.front().type()));
     if (source_.verify) eos_count += a.check(vocab, source_.eos);
     add(std::move(a));
   }

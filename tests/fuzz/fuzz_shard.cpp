@@ -3,12 +3,15 @@
 // all three readers: each either rejects it (ShardError, DataError) or returns a header that
 // fits the input's size, an index whose splits add up and whose shard names stay inside the
 // index's folder, and a Megatron index whose counts fill the input and its data file exactly.
+// A NumPy .npy header (npy.h) too: accepted, its array fills the rest of the input exactly, at
+// an offset aligned to its ids.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "normlab/data/megatron_index.h"
+#include "normlab/data/npy.h"
 #include "normlab/data/shard.h"
 #include "normlab/util/file_io.h"
 
@@ -46,6 +49,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::abort();
     } catch (const DataError&) {
     }
+  }
+  try {
+    const NpyHeader h = npy_parse_header(bytes, size, "<fuzz>.npy");
+    const uint64_t width = token_type_bytes(h.type);
+    if (h.data_offset % width != 0 || h.data_offset + h.elements * width != size) std::abort();
+  } catch (const DataError&) {
   }
   return 0;
 }

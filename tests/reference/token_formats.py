@@ -7,8 +7,13 @@ the tests of its readers (tests/unit/data/test_token_sources.cpp, tests/distribu
   mega16.{bin,idx}       the same layout with uint16 ids (dtype code 8), two sequences per document
   mix_a.bin, mix_b.*     two sources for mixtures: ids in [0, 500) (uint16 array) and
                          [500, 1000) (Megatron, int32), so a sample's source shows in its ids
+  saved*.npy             numpy.save / numpy.lib.format.write_array files: uint16 (.npy 1.0),
+                         int64 2-d in C order (2.0), uint32 (3.0)
+  raw_i32.bin            a raw array of int32 ids
   bad_*                  hostile inputs: a truncated array, uint32 ids to be read as uint16, an id
-                         beyond the vocabulary, Megatron indexes whose sizes do not add up
+                         beyond the vocabulary, Megatron indexes whose sizes do not add up, .npy files in
+                         Fortran order, of floats, big-endian or cut short, a negative id in
+                         an int32 .npy, a raw int64 array and an int64 Megatron dataset
   expected.json          per dataset, the ids of each file as written (the ground truth), the
                          document count and, for bad_id, the offset of the bad id
 
@@ -136,6 +141,43 @@ megatron(os.path.join(out, "bad_pointers"), docs, range(1, 7), 4, np.int32,
          pointers=[0] + [4 * sum(lengths[:i]) + 4 for i in range(1, 6)])  # gaps between sequences
 megatron(os.path.join(out, "bad_lengths"), docs, range(1, 7), 4, np.int32, bin_extra=8)  # .bin too long
 megatron(os.path.join(out, "bad_docs"), docs, [2, 4, 5], 4, np.int32)  # ends before the last sequence
+
+# NumPy .npy files (numpy.save): the header gives dtype, order and shape. uint16 1-d in a
+# version 1.0 header; int64 2-d (rows of 8 ids, C order) in version 2.0 and uint32 1-d in 3.0
+# (numpy.lib.format.write_array with an explicit version).
+docs = documents(20, 1, vocab)
+np.save(os.path.join(out, "saved16.npy"), np.array(flat(docs), dtype=np.uint16))
+expected["saved16"] = {"files": [flat(docs)], "documents": len(docs)}
+ids = flat(documents(20, 1, vocab))
+ids = ids[: len(ids) // 8 * 8]
+with open(os.path.join(out, "saved64_v2.npy"), "wb") as f:
+    np.lib.format.write_array(f, np.array(ids, dtype=np.int64).reshape(-1, 8), version=(2, 0))
+expected["saved64_v2"] = {"files": [ids]}
+ids = flat(documents(20, 1, vocab))
+with open(os.path.join(out, "saved32_v3.npy"), "wb") as f:
+    np.lib.format.write_array(f, np.array(ids, dtype=np.uint32), version=(3, 0))
+expected["saved32_v3"] = {"files": [ids]}
+# Signed arrays: raw int32 ids, as OLMo-style memmaps of a signed dtype are written
+docs = documents(20, 1, vocab)
+np.array(flat(docs), dtype=np.int32).tofile(os.path.join(out, "raw_i32.bin"))
+expected["raw_i32"] = {"files": [flat(docs)], "documents": len(docs)}
+
+# Hostile .npy files and negative ids in signed arrays
+ids = flat(documents(10, 1, vocab))
+np.save(os.path.join(out, "bad_npy_fortran.npy"), np.asfortranarray(
+    np.array(ids[:40], dtype=np.uint16).reshape(8, 5)))
+np.save(os.path.join(out, "bad_npy_float.npy"), np.array(ids, dtype=np.float32))
+np.save(os.path.join(out, "bad_npy_big.npy"), np.array(ids, dtype=">u2"))
+np.save(os.path.join(out, "bad_npy_cut.npy"), np.array(ids, dtype=np.uint16))
+with open(os.path.join(out, "bad_npy_cut.npy"), "r+b") as f:
+    f.truncate(os.path.getsize(os.path.join(out, "bad_npy_cut.npy")) - 2)  # one id short
+neg = list(ids)
+neg_offset = len(neg) // 3
+neg[neg_offset] = -3
+np.save(os.path.join(out, "bad_neg.npy"), np.array(neg, dtype=np.int32))
+np.array(neg, dtype=np.int64).tofile(os.path.join(out, "bad_neg_i64.bin"))
+megatron(os.path.join(out, "bad_neg_mega"), [neg], [1], 5, np.int64)
+expected["bad_neg"] = {"offset": neg_offset, "id": -3}
 
 with open(os.path.join(out, "expected.json"), "w") as f:
     json.dump({"vocab": vocab, "eos": eos, "datasets": expected}, f)

@@ -41,8 +41,8 @@ int inspect_source(const DataSource& source, int64_t seq_len, int64_t vocab,
   std::unique_ptr<Tokenizer> tok;
   if (!tokenizer.empty()) tok = std::make_unique<Tokenizer>(tokenizer);
   if (vocab <= 0 && tok) vocab = tok->vocab_size();
-  if (vocab <= 0)  // the dtype's whole range
-    vocab = source.dtype == "uint16" || source.dtype.empty() ? 65536 : int64_t{1} << 31;
+  if (vocab <= 0)  // the dtype's whole range (a .npy's dtype is in its header: any int32 id)
+    vocab = source.dtype == "uint16" ? 65536 : int64_t{1} << 31;
   const TokenDataset data(source, "train", seq_len, vocab);
   const auto files = data.files();
   std::cout << source.path << ": " << source.format << ", " << data.dtype() << " ids, "
@@ -96,7 +96,8 @@ Runner setup_data(CLI::App& sub) {
   i->add_option("--seq-len", *seq_len, "sample length to count samples with")
       ->capture_default_str();
   i->add_option("--format", source->format, "shards, tokens or megatron")->capture_default_str();
-  i->add_option("--dtype", source->dtype, "tokens: uint16 or uint32");
+  i->add_option("--dtype", source->dtype,
+                "tokens: uint16, uint32, int32 or int64 (a .npy file's header gives its own)");
   i->add_option("--eos", source->eos, "end-of-document id: documents are counted");
   i->add_option("--vocab-size", *vocab,
                 "ids must lie below it (default: the tokenizer's, else the dtype's range)");

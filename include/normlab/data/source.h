@@ -24,10 +24,10 @@ struct DataSource {
 
   std::string path;               // shards: folder; tokens: file or glob; megatron: prefix
   std::string format = "shards";  // shards, tokens or megatron
-  std::string dtype;              // tokens: uint16 or uint32; megatron: read from .idx
-  int64_t eos = -1;               // the end-of-document id, -1: not given
-  double weight = 1.0;            // share of a mixture's samples (normalised over the sources)
-  bool verify = true;             // check every token id (shards: every CRC) when opening
+  std::string dtype;  // tokens: uint16, uint32, int32, int64 (a .npy's header says); megatron: .idx
+  int64_t eos = -1;   // the end-of-document id, -1: not given
+  double weight = 1.0;  // share of a mixture's samples (normalised over the sources)
+  bool verify = true;   // check every token id (shards: every CRC) when opening
 };
 
 /// Checks one source's fields (a known format, the dtype a format needs, a positive finite

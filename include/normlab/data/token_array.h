@@ -13,6 +13,8 @@ enum class TokenType { U16, U32, I32, I64 };
 
 /// "uint16", "uint32", "int32", "int64".
 const char* token_type_name(TokenType type);
+/// The type named `name` (as token_type_name writes it); false for any other name.
+bool token_type_from_name(const std::string& name, TokenType& type);
 uint32_t token_type_bytes(TokenType type);
 
 class TokenArray {

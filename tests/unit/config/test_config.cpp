@@ -259,8 +259,9 @@ TEST(Config, DataSourcesAndMixtures) {
                "{path: b.bin, format: tokens, dtype: uint16, weight: }\n");
   EXPECT_THAT(config_error_of(dir / "empty_weight.yaml"),
               testing::HasSubstr("empty_weight.yaml: data.train[1].weight: empty"));
-  EXPECT_THAT(config_error_of("", {"data.train={path: a.bin, format: tokens}"}),
-              testing::HasSubstr("data.train.dtype: format tokens needs dtype uint16 or uint32"));
+  EXPECT_THAT(config_error_of("", {"data.train={path: a.bin, format: tokens, dtype: float32}"}),
+              testing::HasSubstr("data.train.dtype: token arrays hold uint16, uint32, int32 or "
+                                 "int64, got 'float32'"));
   EXPECT_THAT(config_error_of("", {"data.train=[{path: a, weight: -1}]"}),
               testing::HasSubstr("--set data.train=[{path: a, weight: -1}]: data.train[0].weight: "
                                  "expected a positive number"));

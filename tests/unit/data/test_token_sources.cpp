@@ -12,6 +12,7 @@
 
 #include "normlab/data/loader.h"
 #include "normlab/data/megatron_index.h"
+#include "normlab/data/npy.h"
 #include "normlab/util/file_io.h"
 #include "support.h"
 
@@ -336,6 +337,145 @@ TEST(MegatronIndex, TruncatedOrForeignIndexesAreRefused) {
             }).find("float32"),
             std::string::npos);
   EXPECT_THROW(megatron_index_parse("NOTANIDX", 8, "x.idx", 6, "x.bin"), DataError);
+}
+
+TEST_F(TokenSourcesTest, NumPyFilesReadThroughTheirHeader) {
+  const auto d16 = open({path("saved16.npy"), "tokens", "", 0});  // the header gives the dtype
+  expect_samples(*d16, truth("saved16"));
+  EXPECT_EQ(d16->dtype(), "uint16");
+  EXPECT_EQ(d16->documents(), expected_["datasets"]["saved16"]["documents"].get<int64_t>());
+  const auto d64 = open({path("saved64_v2.npy"), "tokens", "int64"});  // a matching dtype is fine
+  expect_samples(*d64, truth("saved64_v2"));
+  EXPECT_EQ(d64->dtype(), "int64");
+  const auto d32 = open({path("saved32_v3.npy"), "tokens"});
+  expect_samples(*d32, truth("saved32_v3"));
+  EXPECT_EQ(d32->dtype(), "uint32");
+  const auto raw = open({path("raw_i32.bin"), "tokens", "int32", 0});
+  expect_samples(*raw, truth("raw_i32"));
+  EXPECT_EQ(raw->documents(), expected_["datasets"]["raw_i32"]["documents"].get<int64_t>());
+}
+
+TEST_F(TokenSourcesTest, BadNumPyHeadersAndNegativeIdsAreRefusedByName) {
+  auto expect_error = [](const std::function<void()>& f, const std::string& file,
+                         const std::string& phrase) {
+    const std::string e = source_error_of(f);
+    EXPECT_NE(e.find(file), std::string::npos) << e;
+    EXPECT_NE(e.find(phrase), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  };
+  expect_error(
+      [&] {
+        open({path("bad_npy_fortran.npy"), "tokens"});
+      },
+      "bad_npy_fortran.npy", "Fortran order");
+  expect_error(
+      [&] {
+        open({path("bad_npy_float.npy"), "tokens"});
+      },
+      "bad_npy_float.npy", "dtype '<f4' does not hold token ids");
+  expect_error(
+      [&] {
+        open({path("bad_npy_big.npy"), "tokens"});
+      },
+      "bad_npy_big.npy", "dtype '>u2' is big-endian");
+  expect_error(
+      [&] {
+        open({path("bad_npy_cut.npy"), "tokens"});
+      },
+      "bad_npy_cut.npy", "(truncated)");
+  expect_error(
+      [&] {
+        open({path("saved16.npy"), "tokens", "uint32"});
+      },
+      "saved16.npy", "a .npy array of uint16 ids, the source says dtype uint32");
+  expect_error(
+      [&] {
+        open({path("flat16.bin"), "tokens"});
+      },
+      "flat16.bin", "a raw token array (no .npy header) needs the source's dtype");
+  // A source's files share one dtype.
+  expect_error(
+      [&] {
+        open({path("saved*.npy"), "tokens"});
+      },
+      "saved32_v3.npy",
+      "holds uint32 ids, " + path("saved16.npy") + " of the same source holds uint16");
+  // Negative ids in signed arrays: .npy, raw and Megatron; verified at open, or when read.
+  const auto& bad = expected_["datasets"]["bad_neg"];
+  const std::string at = "token id -3 at offset " + std::to_string(bad["offset"].get<int64_t>());
+  expect_error([&] { open({path("bad_neg.npy"), "tokens"}); }, "bad_neg.npy", at);
+  expect_error(
+      [&] {
+        open({path("bad_neg_i64.bin"), "tokens", "int64"});
+      },
+      "bad_neg_i64.bin",
+      at + " (byte " + std::to_string(8 * bad["offset"].get<int64_t>()) + ") is negative");
+  expect_error([&] { open({path("bad_neg_mega"), "megatron"}); }, "bad_neg_mega.bin", at);
+  const auto unverified = open({path("bad_neg.npy"), "tokens", "", -1, 1.0, false});
+  std::vector<int64_t> row(17);
+  const int64_t holder = bad["offset"].get<int64_t>() / 16;
+  expect_error([&] { unverified->sample(holder, row.data()); }, "bad_neg.npy", at);
+}
+
+// The header checks of a .npy file, on bytes built here.
+TEST(NpyHeader, VersionsShapesAndHostileHeadersAreCheckedByName) {
+  auto npy = [](int major, const std::string& dict, size_t payload) {
+    std::string h = dict;
+    const size_t pre = major == 1 ? 10 : 12;
+    while ((pre + h.size() + 1) % 64 != 0) h += ' ';
+    h += '\n';
+    std::string f = std::string("\x93NUMPY", 6) + static_cast<char>(major) + '\0';
+    const uint32_t len = static_cast<uint32_t>(h.size());
+    f.append(reinterpret_cast<const char*>(&len), major == 1 ? 2 : 4);
+    return f + h + std::string(payload, '\0');
+  };
+  const std::string ok = npy(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (3, 2), }", 24);
+  const NpyHeader h = npy_parse_header(ok.data(), ok.size(), "x.npy");
+  EXPECT_EQ(h.type, TokenType::I32);
+  EXPECT_EQ(h.elements, 6u);
+  EXPECT_EQ(h.data_offset, ok.size() - 24);
+  const std::string py2 =
+      npy(2, "{\"descr\": \"<u2\", \"shape\": (5L,), \"fortran_order\": True}", 10);
+  EXPECT_EQ(npy_parse_header(py2.data(), py2.size(), "x.npy").elements, 5u);  // 1-d: any order
+  const std::string scalar = npy(3, "{'descr': '<i8', 'fortran_order': False, 'shape': ()}", 8);
+  EXPECT_EQ(npy_parse_header(scalar.data(), scalar.size(), "x.npy").elements, 1u);
+  auto error_of = [](const std::string& f) {
+    return source_error_of([&] { npy_parse_header(f.data(), f.size(), "x.npy"); });
+  };
+  const std::map<std::string, std::string> hostile = {
+      {npy(4, "{'descr': '<u2', 'fortran_order': False, 'shape': (1,)}", 2), "version 4.0"},
+      {npy(1, "{'descr': '<u2', 'shape': (1,)}", 2), "no 'fortran_order'"},
+      {npy(1, "{'descr': '<u2', 'descr': '<u2', 'fortran_order': False, 'shape': (1,)}", 2),
+       "appears twice"},
+      {npy(1, "{'descr': '<u2', 'fortran_order': False, 'shape': (1,), 'x': 1}", 2),
+       "keys other than"},
+      {npy(1, "{'descr': '<u2', 'fortran_order': False, 'shape': 1}", 2), "not a tuple"},
+      {npy(1, "{'descr': '<u2', 'fortran_order': False, 'shape': (-1,)}", 2), "non-negative"},
+      {npy(1, "{'descr': '<u2', 'fortran_order': Maybe, 'shape': (1,)}", 2), "not True or False"},
+      {npy(1, "{'descr': '<u2', 'fortran_order': False, 'shape': (99999999999999999999,)}", 2),
+       "does not fit 64 bits"},
+      {npy(1, "{'descr': '<i8', 'fortran_order': False, 'shape': (4294967296, 4294967296)}", 2),
+       "shape too large"},
+      {npy(1, "{'descr': '<u2', 'fortran_order': False, 'shape': (1,)", 2), "not closed"},
+      {npy(1, "{'descr': [('a', '<u2')], 'fortran_order': False, 'shape': (1,)}", 2),
+       "expected a value"},
+      {npy(1, "{'descr': '<u2', 'fortran_order': False, 'shape': (2,)}", 2), "(truncated)"},
+      {npy(1, "{'descr': '<u2', 'fortran_order': False, 'shape': (1,)}", 4),
+       "(bytes after the array)"},
+      {std::string("\x93NUMPY\x01\x00\xff\xff", 10), "announces 65535 bytes"},
+      {std::string("\x93NUMPY\x01", 7), "cut inside its header"},
+  };
+  for (const auto& [file, phrase] : hostile) {
+    const std::string e = error_of(file);
+    EXPECT_NE(e.find("x.npy: "), std::string::npos) << e;
+    EXPECT_NE(e.find(phrase), std::string::npos) << phrase << " | " << e;
+  }
+  std::string unaligned = std::string("\x93NUMPY\x01\x00", 8);
+  const std::string dict = "{'descr': '<i8', 'fortran_order': False, 'shape': (1,)}\n";
+  const uint16_t len = static_cast<uint16_t>(dict.size());
+  unaligned.append(reinterpret_cast<const char*>(&len), 2);
+  unaligned += dict + std::string(8, '\0');
+  EXPECT_NE(error_of(unaligned).find("not aligned"), std::string::npos) << error_of(unaligned);
 }
 
 }  // namespace
