@@ -54,6 +54,28 @@ void require_read(S section, const std::string& prefix, bool read, const char* r
                         ": remove it, or set model.scheme to a scheme that reads it");
 }
 
+// model.moe.dispatch = grouped runs at::_grouped_mm, which takes float32, bfloat16 or float16
+// with rows of a multiple of 16 bytes: refused here, before any tensor exists, when the run's
+// compute dtype cannot be (fp64) or the widths do not divide (bf16: 8 elements, auto may be
+// bf16; fp32: 4). The MoE module keeps the same check for models built outside a config.
+void require_grouped_dispatch_fits(const ModelConfig& m, Precision precision) {
+  if (m.moe.n_experts == 0 || m.moe.dispatch != MoeDispatch::Grouped) return;
+  require(precision != Precision::Fp64, "model.moe.dispatch", "grouped",
+          "the grouped GEMM takes float32 or bfloat16, not train.precision = fp64 (use loop, or "
+          "auto to fall back to it)");
+  const int64_t per_16_bytes = precision == Precision::Fp32 ? 4 : 8;
+  const std::string dtype = precision == Precision::Fp32 ? "float32" : "bfloat16";
+  for (const auto& [key, width] :
+       {std::pair{"model.d_model", m.d_model}, std::pair{"model.moe.d_expert", m.expert_width()}})
+    if (width % per_16_bytes != 0)
+      throw ConfigError(
+          "model.moe.dispatch = grouped: the grouped GEMM's rows are multiples of "
+          "16 bytes (" +
+          std::to_string(per_16_bytes) + " " + dtype + " values, " +
+          "train.precision = " + std::string(enum_name(precision)) + "); " + key + " is " +
+          std::to_string(width) + " (use loop, or auto to fall back to it)");
+}
+
 }  // namespace
 
 void validate(const RunConfig& c) {
@@ -64,6 +86,7 @@ void validate(const RunConfig& c) {
   require_read(c.model.siamese.hyper, "model.siamese.hyper.",
                scheme == Scheme::Siamese || scheme == Scheme::SiameseHybrid,
                "model.scheme = siamese or siamese_hybrid", scheme);
+  require_grouped_dispatch_fits(c.model, c.train.precision);
   require(c.data.seq_len > 0, "data.seq_len", c.data.seq_len, "must be positive");
   require(c.data.val.size() <= 1, "data.val", sources_text(c.data.val),
           "one source (a mixture is for data.train)");

@@ -214,6 +214,34 @@ TEST(Config, Float64PrecisionAndTheFsdpDtypes) {
   EXPECT_EQ(config_error_of("", {"train.precision=fp64", "distributed.param_dtype=fp32"}), "");
 }
 
+// model.moe.dispatch = grouped is checked against the run's precision and the widths when the
+// config loads (the grouped GEMM: float32 or bfloat16 rows of a multiple of 16 bytes).
+TEST(Config, GroupedMoeDispatchIsCheckedAgainstPrecisionAndWidths) {
+  const std::vector<std::string> moe = {"model.moe.n_experts=4", "model.moe.top_k=2",
+                                        "model.moe.dispatch=grouped", "model.moe.d_expert=20"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), moe.begin(), moe.end());
+    return more;
+  };
+  EXPECT_EQ(config_error_of("", with({"train.precision=fp32"})), "");
+  EXPECT_THAT(config_error_of("", with({"train.precision=fp64"})),
+              testing::HasSubstr("model.moe.dispatch = grouped: the grouped GEMM takes float32 or "
+                                 "bfloat16, not train.precision = fp64"));
+  for (const char* p : {"train.precision=bf16", "train.precision=auto"})
+    EXPECT_THAT(config_error_of("", with({p})),
+                testing::HasSubstr("(8 bfloat16 values, train.precision = " +
+                                   std::string(p).substr(16) + "); model.moe.d_expert is 20"))
+        << p;
+  EXPECT_THAT(config_error_of("", with({"train.precision=fp32", "model.moe.d_expert=18"})),
+              testing::HasSubstr("(4 float32 values, train.precision = fp32); model.moe.d_expert "
+                                 "is 18"));
+  // loop and auto take any precision and width; a dense model ignores the dispatch.
+  EXPECT_EQ(config_error_of("", with({"train.precision=fp64", "model.moe.dispatch=auto"})), "");
+  EXPECT_EQ(config_error_of(
+                "", with({"train.precision=fp64", "model.moe.n_experts=0", "model.moe.top_k=1"})),
+            "");
+}
+
 // Hybrid sharding's group size and the precision policy's list (the divisibility by the number
 // of ranks is the trainer's: test_hsdp.cpp, tests/distributed/hsdp.sh).
 TEST(Config, ShardSizeAndKeepFp32) {
