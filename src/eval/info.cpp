@@ -3,8 +3,11 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <numeric>
 
 #include "normlab/nn/model.h"
+#include "normlab/util/error.h"
 
 namespace normlab {
 namespace {
@@ -13,6 +16,15 @@ int64_t total_of(const ModelConfig& cfg) {
   int64_t n = 0;
   for (const auto& p : DecoderLM(cfg, torch::kMeta)->parameters()) n += p.numel();
   return n;
+}
+
+std::string size_text(double bytes) {
+  char buf[48];
+  if (bytes >= 1e15)
+    std::snprintf(buf, sizeof buf, "%.3g PB", bytes / 1e15);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f GB", bytes / 1e9);
+  return buf;
 }
 
 }  // namespace
@@ -140,6 +152,32 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const MemoryPlan& plan) {
   }
   m.logits = tokens * static_cast<double>(cfg.vocab_size) * (act_bytes + 4.0 + 4.0);
   return m;
+}
+
+void require_model_fits(const ModelConfig& cfg, double bytes_per_parameter, double shards,
+                        double capacity, const std::string& device, const std::string& holds) {
+  const ParamCounts c = count_parameters(cfg);
+  const double need = bytes_per_parameter * static_cast<double>(c.total) / std::max(shards, 1.0);
+  if (need <= capacity) return;
+  // The key to name: the embeddings' vocabulary, the experts, an MLP far wider than usual
+  // (d_ff over 8 d_model), or else the depth.
+  const int64_t blocks = std::accumulate(c.per_block.begin(), c.per_block.end(), int64_t{0});
+  const int64_t experts = c.total - c.active;  // the experts a token is not routed to
+  std::string key = "model.n_layers = " + std::to_string(cfg.n_layers);
+  if (c.embedding + c.head >= blocks)
+    key = "model.vocab_size = " + std::to_string(cfg.vocab_size);
+  else if (2 * experts >= blocks)
+    key = "model.moe.n_experts = " + std::to_string(cfg.moe.n_experts);
+  else if (cfg.expert_width() > 8 * cfg.d_model)
+    key = (cfg.moe.enabled() && cfg.moe.d_expert > 0 ? "model.moe.d_expert = " : "model.d_ff = ") +
+          std::to_string(cfg.expert_width());
+  char params[32];
+  std::snprintf(params, sizeof params, "%.3g", static_cast<double>(c.total));
+  throw ConfigError(key + ": a model of " + params + " parameters (model.d_model " +
+                    std::to_string(cfg.d_model) + ", " + std::to_string(cfg.n_layers) +
+                    " layers) needs at least " + size_text(need) + " on each rank for " + holds +
+                    ", more than the " + size_text(capacity) + " of " + device +
+                    " (normlab info --config shows the estimate)");
 }
 
 }  // namespace normlab

@@ -21,6 +21,9 @@ int64_t ModelConfig::mix_post_layers() const {
 
 namespace {
 
+constexpr int64_t kMaxVocab = (int64_t{1} << 31) - 1, kMaxWidth = int64_t{1} << 20,
+                  kMaxFfWidth = int64_t{1} << 24, kMaxLayers = 16384, kMaxExperts = 65536;
+
 template <class T>
 void require_model(bool ok, const char* key, const T& value, const std::string& rule) {
   if (ok) return;
@@ -31,12 +34,13 @@ void require_model(bool ok, const char* key, const T& value, const std::string& 
 
 void validate_moe(const ModelConfig& c) {
   const MoeOptions& m = c.moe;
-  require_model(m.n_experts >= 0, "moe.n_experts", m.n_experts, "must be 0 (dense) or positive");
+  require_model(m.n_experts >= 0 && m.n_experts <= kMaxExperts, "moe.n_experts", m.n_experts,
+                "must be 0 (dense) or lie in [1, 65536]");
   if (!m.enabled()) return;
   require_model(m.top_k >= 1 && m.top_k <= m.n_experts, "moe.top_k", m.top_k,
                 "must lie in [1, model.moe.n_experts (" + std::to_string(m.n_experts) + ")]");
-  require_model(m.d_expert >= 0, "moe.d_expert", m.d_expert,
-                "must be 0 (= model.d_ff) or positive");
+  require_model(m.d_expert >= 0 && m.d_expert <= kMaxFfWidth, "moe.d_expert", m.d_expert,
+                "must be 0 (= model.d_ff) or lie in [1, 2^24]");
   require_model(m.every >= 1, "moe.every", m.every, "must be positive (1 = every block)");
   require_model(std::isfinite(m.lb_loss_weight) && m.lb_loss_weight >= 0, "moe.lb_loss_weight",
                 m.lb_loss_weight, "must be >= 0");
@@ -47,9 +51,14 @@ void validate_moe(const ModelConfig& c) {
 }  // namespace
 
 void validate(const ModelConfig& c) {
-  require_model(c.vocab_size > 0, "vocab_size", c.vocab_size, "must be positive");
-  require_model(c.d_model > 0, "d_model", c.d_model, "must be positive");
-  require_model(c.n_layers > 0, "n_layers", c.n_layers, "must be positive");
+  // Upper bounds far beyond any model trained (they keep every tensor's element count and the
+  // model's construction finite; whether a model fits the machine is the trainer's check).
+  require_model(c.vocab_size > 0 && c.vocab_size <= kMaxVocab, "vocab_size", c.vocab_size,
+                "must lie in [1, 2^31 - 1] (token ids are 32-bit)");
+  require_model(c.d_model > 0 && c.d_model <= kMaxWidth, "d_model", c.d_model,
+                "must lie in [1, 2^20]");
+  require_model(c.n_layers > 0 && c.n_layers <= kMaxLayers, "n_layers", c.n_layers,
+                "must lie in [1, 16384]");
   require_model(c.n_heads > 0, "n_heads", c.n_heads, "must be positive");
   require_model(c.d_model % c.n_heads == 0, "d_model", c.d_model,
                 "must be divisible by model.n_heads (" + std::to_string(c.n_heads) + ")");
@@ -59,7 +68,7 @@ void validate(const ModelConfig& c) {
   require_model(c.n_kv_heads >= 0, "n_kv_heads", c.n_kv_heads, "must be 0 (= n_heads) or positive");
   require_model(c.n_heads % c.kv_heads() == 0, "n_kv_heads", c.n_kv_heads,
                 "must divide model.n_heads (" + std::to_string(c.n_heads) + ")");
-  require_model(c.d_ff > 0, "d_ff", c.d_ff, "must be positive");
+  require_model(c.d_ff > 0 && c.d_ff <= kMaxFfWidth, "d_ff", c.d_ff, "must lie in [1, 2^24]");
   require_model(c.rope_theta > 0, "rope_theta", c.rope_theta, "must be positive");
   require_model(c.norm_eps >= 0, "norm_eps", c.norm_eps, "must be >= 0");
   require_model(c.init_std > 0, "init_std", c.init_std, "must be positive");

@@ -53,6 +53,10 @@ Trainer::Impl::Impl(const RunConfig& config, const TrainOptions& options)
                                device.is_cuda() ? std::string() : cpu_native_bf16());
   bf16 = precision.bf16;
   fp64 = precision.fp64;
+  // Before any tensor: a model that cannot fit stops here with its key, not in an allocation.
+  const double shards = !sharded ? 1.0 : static_cast<double>(shard_size > 0 ? shard_size : world);
+  require_model_fits(cfg.model, fp64 ? 32.0 : 16.0, shards, device_capacity_bytes(device),
+                     device.str(), "its weights, gradients and AdamW moments");
   load_data();
   build_model();
   if (o.resume && latest) resume();

@@ -113,6 +113,16 @@ double device_memory_bytes(const torch::Device& device, bool peak) {
   return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE));
 }
 
+double device_capacity_bytes(const torch::Device& device) {
+  if (device.is_cuda()) {
+    const cudaDeviceProp* p =
+        at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index());
+    return static_cast<double>(p->totalGlobalMem);
+  }
+  return static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+         static_cast<double>(::sysconf(_SC_PAGESIZE));
+}
+
 std::vector<CudaDeviceInfo> cuda_devices() {
   std::vector<CudaDeviceInfo> out;
   if (!cuda_available()) return out;

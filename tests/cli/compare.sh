@@ -4,7 +4,8 @@
 # logits, the loss and every Pre-Norm gradient; two streams are DIFFERENT (exit 3, the final
 # norm's eps); a map rule that matches nothing, a parameter without a counterpart and a shape that
 # disagrees stop with an error naming the rule's line or the parameter; a --max-rel that is not
-# a positive, finite number (-1, 0, nan, inf, ...) is refused by name. Self-contained; seconds.
+# a positive, finite number (-1, 0, nan, inf, ...) is refused by name, and so are sizes out of
+# bounds or beyond the machine's memory. Self-contained; seconds.
 # Usage: compare.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR (CORPUS_DIR, PYTHON unused)
 set -euo pipefail
 normlab=$1 src=$2 work=$5
@@ -54,4 +55,10 @@ for bad in -1 0 nan inf -inf 1e400 abc ""; do
   expect_error "max-rel-[$bad]" "--max-rel '$bad': must be a positive, finite number" \
     "${hyper[@]}" --set model.hyper.n=1 "${pre[@]}" "${map[@]}" --max-rel "$bad"
 done
+# Sizes out of bounds, or a model too large for this machine's memory, stop with the key and
+# value before anything is allocated (not std::bad_alloc or an abort).
+expect_error vocab-bound "model.vocab_size = 100000000000: must lie in \[1, 2^31 - 1\]" \
+  "${hyper[@]}" --set model.vocab_size=100000000000 "${pre[@]}"
+expect_error vocab-memory "model.vocab_size = 2000000000: a model of .* parameters .* more than the .* of cpu" \
+  "${hyper[@]}" "${pre[@]}" --set-against model.vocab_size=2000000000
 echo PASS

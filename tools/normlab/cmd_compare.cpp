@@ -13,7 +13,9 @@
 
 #include "command.h"
 #include "normlab/config/config_io.h"
+#include "normlab/eval/info.h"
 #include "normlab/testing/equivalence.h"
+#include "normlab/util/device.h"
 
 namespace normlab::cli {
 namespace {
@@ -50,6 +52,11 @@ int run_compare(const CompareOptions& o) {
   run.random_gains = !o.same_gains;
   if (run.batch < 1 || run.seq_len < 1)
     throw ConfigError("--batch and --seq-len must be at least 1");
+  // Both models live in float64 on the CPU with their gradients: a model that cannot fit stops
+  // here naming its key, not in an allocation.
+  const double capacity = device_capacity_bytes(torch::kCPU);
+  for (const RunConfig* c : {&a, &b})
+    require_model_fits(c->model, 16.0, 1.0, capacity, "cpu", "its float64 weights and gradients");
   const equivalence::EquivalenceReport r = equivalence::compare_configs(a.model, b.model, map, run);
   std::cout << "A: " << o.config << "\nB: " << o.against << "\n";
   if (!o.map.empty()) std::cout << "map: " << o.map << "\n";

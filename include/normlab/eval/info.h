@@ -59,4 +59,13 @@ struct MemoryEstimate {
 };
 MemoryEstimate estimate_memory(const ModelConfig& cfg, const MemoryPlan& plan);
 
+/// The least memory a model of `cfg` holds on each rank: `bytes_per_parameter` for each of its
+/// parameters (training: 16 in fp32 for weights, gradients and the two AdamW moments, 32 in
+/// fp64), over `shards` ranks (FSDP; 1: unsharded). Throws ConfigError, one line naming the model
+/// key whose tensors dominate the count (model.vocab_size, model.moe.n_experts or
+/// model.n_layers), `holds` (what the bytes are) and both sizes, when that exceeds `capacity`
+/// bytes, the memory of `device` (e.g. "cpu", "cuda:0").
+void require_model_fits(const ModelConfig& cfg, double bytes_per_parameter, double shards,
+                        double capacity, const std::string& device, const std::string& holds);
+
 }  // namespace normlab

@@ -50,6 +50,9 @@ int choose_cuda_index(const GpuPlacement& placement, int visible);
 /// resolve_device for a rank: "cuda" or "auto" on a CUDA machine without an index takes
 /// choose_cuda_index(placement, the visible device count).
 torch::Device resolve_device(const std::string& name, const GpuPlacement& placement);
+/// The memory `device` has in all, in bytes: a CUDA device's global memory, or the machine's
+/// physical memory for the CPU.
+double device_capacity_bytes(const torch::Device& device);
 /// The CUDA devices visible to this process (empty without CUDA).
 std::vector<CudaDeviceInfo> cuda_devices();
 /// Memory in use on `device`, in bytes: the CUDA caching allocator's allocated bytes (peak

@@ -214,6 +214,29 @@ TEST(Config, Float64PrecisionAndTheFsdpDtypes) {
   EXPECT_EQ(config_error_of("", {"train.precision=fp64", "distributed.param_dtype=fp32"}), "");
 }
 
+// Every size has an upper bound, checked before anything is built: beyond it, the key, the
+// value and the bound.
+TEST(Config, ModelSizesAreBoundedBeforeAnythingIsAllocated) {
+  const std::map<std::string, std::string> bounds = {
+      {"model.vocab_size=2147483648", "model.vocab_size = 2147483648: must lie in [1, 2^31 - 1]"},
+      {"model.d_model=1048577", "model.d_model = 1048577: must lie in [1, 2^20]"},
+      {"model.n_layers=16385", "model.n_layers = 16385: must lie in [1, 16384]"},
+      {"model.d_ff=16777217", "model.d_ff = 16777217: must lie in [1, 2^24]"},
+      {"model.moe.n_experts=65537", "model.moe.n_experts = 65537: must be 0 (dense) or lie in"},
+  };
+  for (const auto& [set, error] : bounds)
+    EXPECT_THAT(config_error_of("", {set}), testing::HasSubstr(error));
+  EXPECT_THAT(
+      config_error_of(
+          "", {"model.moe.n_experts=4", "model.moe.top_k=1", "model.moe.d_expert=16777217"}),
+      testing::HasSubstr("model.moe.d_expert = 16777217: must be 0 (= model.d_ff) or lie in "
+                         "[1, 2^24]"));
+  // The bounds themselves load (whether such a model fits the machine is checked later).
+  for (const char* at :
+       {"model.vocab_size=2147483647", "model.n_layers=16384", "model.d_ff=16777216"})
+    EXPECT_EQ(config_error_of("", {at}), "") << at;
+}
+
 // model.moe.dispatch = grouped is checked against the run's precision and the widths when the
 // config loads (the grouped GEMM: float32 or bfloat16 rows of a multiple of 16 bytes).
 TEST(Config, GroupedMoeDispatchIsCheckedAgainstPrecisionAndWidths) {

@@ -1,7 +1,10 @@
 // normlab info's numbers: parameter counts from the real module, FLOPs and memory estimates.
+#include <gmock/gmock.h>
+
 #include "normlab/config/config_io.h"
 #include "normlab/eval/info.h"
 #include "normlab/nn/model.h"
+#include "normlab/util/error.h"
 #include "support.h"
 
 using namespace normlab;
@@ -222,4 +225,38 @@ TEST(Info, MoeTotalAndActiveFormulasOnASmallModel) {
   // FLOPs count the active parameters.
   EXPECT_DOUBLE_EQ(flops_per_token(m, 16) - flops_per_token(dense, 16),
                    6.0 * static_cast<double>(p.active - dense_total));
+}
+
+// A model too large for a device's memory is refused before anything is allocated, naming the
+// key whose tensors dominate; one that fits passes.
+TEST(Info, ModelsBeyondTheDevicesMemoryAreRefusedNamingTheirKey) {
+  const ModelConfig tiny = test::tiny_config(Scheme::PreNorm);
+  const double bytes = 16.0 * static_cast<double>(count_parameters(tiny).total);
+  EXPECT_NO_THROW(require_model_fits(tiny, 16.0, 1.0, bytes, "cpu", "x"));
+  EXPECT_NO_THROW(require_model_fits(tiny, 16.0, 2.0, bytes / 2, "cpu", "x"));  // FSDP's share
+  auto error_of = [&](const ModelConfig& m) {
+    try {
+      require_model_fits(m, 16.0, 1.0, bytes, "cuda:0", "its weights");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(error_of(tiny), "(no error)");
+  ModelConfig m = tiny;
+  m.vocab_size *= 100;
+  EXPECT_THAT(error_of(m), testing::HasSubstr("model.vocab_size = " + std::to_string(m.vocab_size) +
+                                              ": a model of "));
+  EXPECT_THAT(error_of(m), testing::HasSubstr("for its weights, more than the "));
+  EXPECT_THAT(error_of(m), testing::HasSubstr(" of cuda:0"));
+  m = tiny;
+  m.n_layers *= 100;
+  EXPECT_THAT(error_of(m), testing::HasSubstr("model.n_layers = " + std::to_string(m.n_layers)));
+  m = tiny;
+  m.d_ff *= 100;
+  EXPECT_THAT(error_of(m), testing::HasSubstr("model.d_ff = " + std::to_string(m.d_ff)));
+  m = tiny;
+  m.moe.n_experts = 64;
+  m.moe.top_k = 2;
+  EXPECT_THAT(error_of(m), testing::HasSubstr("model.moe.n_experts = 64"));
 }
