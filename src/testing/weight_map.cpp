@@ -1,11 +1,16 @@
-// WeightMap (include/normlab/testing/equivalence.h): the rules, their text form and the name
+// WeightMap (include/normlab/testing/weight_map.h): the rules, their text form and the name
 // patterns.
+#include "normlab/testing/weight_map.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "normlab/testing/equivalence.h"
 #include "normlab/util/error.h"
 
 namespace normlab::equivalence {
@@ -35,15 +40,13 @@ void check_pattern(const std::string& pattern, const std::string& origin) {
 
 HeldValue parse_value(const std::string& text, const std::string& origin) {
   if (text == "init") return kInit;
-  size_t used = 0;
-  double v = 0.0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (text.empty() || used != text.size())
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);  // overflow gives inf: refused below
+  if (text.empty() || end != text.c_str() + text.size() ||
+      std::isspace(static_cast<unsigned char>(text[0])))
     throw ConfigError(origin + ": value '" + text + "' is neither a number nor 'init'");
+  if (!std::isfinite(v))
+    throw ConfigError(origin + ": value '" + text + "' is not a finite number");
   return v;
 }
 

@@ -61,6 +61,11 @@ TEST(EquivalenceMap, BadLinesNameTheirLine) {
   EXPECT_NE(err("blocks.*.x -> y\n").find("m.map:1: 'blocks.*.x -> y': both sides need"),
             std::string::npos);
   EXPECT_NE(err("b: = 1\n").find("m.map:1: empty parameter pattern"), std::string::npos);
+  for (const char* v : {"nan", "inf", "-inf", "1e999"})
+    EXPECT_NE(err(std::string("# held\na: blocks.*.c1 = ") + v + "\n")
+                  .find(std::string("m.map:2: value '") + v + "' is not a finite number"),
+              std::string::npos)
+        << v;
 }
 
 // Errors name the parameter, the model and what to do.
