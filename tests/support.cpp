@@ -129,6 +129,8 @@ Golden load_golden(const std::string& name, const std::string& dir) {
   c.norm_type = enum_from_name<NormType>(j.at("norm_type").get<std::string>(), "norm_type");
   c.tie_embeddings = j.at("tie_embeddings");
   c.qkv_norm = j.at("qkv_norm");
+  if (j.contains("qk_norm"))  // goldens written before full q/k norms have none
+    c.qk_norm = enum_from_name<QkNorm>(j.at("qk_norm").get<std::string>(), "qk_norm");
   c.siamese.depth_scale = j.at("siamese_depth_scale");
   c.siamese.input_norm = j.at("siamese_input_norm");
   c.siamese.output_fusion = enum_from_name<OutputFusion>(

@@ -76,6 +76,10 @@ void visit(V& v, ModelConfig& m) {
   v("norm_eps", m.norm_eps, "epsilon of every norm");
   v("qkv_norm", m.qkv_norm,
     "per-head norms on q, k, v before RoPE (always on for the hybrid schemes)");
+  v("qk_norm", m.qk_norm,
+    "none, or full: one norm over the whole q projection (n_heads x head_dim) and one over the "
+    "whole k projection (n_kv_heads x head_dim) before the heads are split, v untouched "
+    "(OLMo-2, OLMoE); not with qkv_norm");
   v("tie_embeddings", m.tie_embeddings, "use the embedding matrix as the LM head");
   v("init", m.init, "weight initialisation (docs/schemes.md)");
   v("init_std", m.init_std, "base std of the normal and megatron inits");

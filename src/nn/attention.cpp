@@ -32,6 +32,7 @@ AttentionOptions attention_options(const ModelConfig& cfg, torch::Device device)
   return AttentionOptions(cfg.d_model, cfg.n_heads)
       .n_kv_heads(cfg.kv_heads())
       .qkv_norm(cfg.uses_qkv_norm())
+      .qk_norm_full(cfg.qk_norm == QkNorm::Full)
       .rope_theta(cfg.rope_theta)
       .norm_type(cfg.norm_type)
       .norm_eps(cfg.norm_eps)
@@ -43,12 +44,22 @@ AttentionImpl::AttentionImpl(const AttentionOptions& options_) : options(options
   const int64_t D = options.head_dim();
   qkv = register_module("qkv", Linear(C, (H + 2 * Hk) * D, options.device()));
   out = register_module("out", Linear(H * D, C, options.device()));
+  TORCH_CHECK(!(options.qkv_norm() && options.qk_norm_full()),
+              "attention: per-head q/k/v norms and full q/k norms exclude each other");
+  const auto norm_of = [&](int64_t width) {
+    return Norm(NormOptions(width)
+                    .eps(options.norm_eps())
+                    .type(options.norm_type())
+                    .device(options.device()));
+  };
   if (options.qkv_norm()) {
-    const auto head_norm =
-        NormOptions(D).eps(options.norm_eps()).type(options.norm_type()).device(options.device());
-    q_norm = register_module("q_norm", Norm(head_norm));
-    k_norm = register_module("k_norm", Norm(head_norm));
-    v_norm = register_module("v_norm", Norm(head_norm));
+    q_norm = register_module("q_norm", norm_of(D));
+    k_norm = register_module("k_norm", norm_of(D));
+    v_norm = register_module("v_norm", norm_of(D));
+  }
+  if (options.qk_norm_full()) {
+    q_norm = register_module("q_norm", norm_of(H * D));
+    k_norm = register_module("k_norm", norm_of(Hk * D));
   }
 }
 
@@ -57,8 +68,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
   const int64_t H = options.n_heads(), Hk = options.kv_heads(), D = options.head_dim();
 
   const std::vector<torch::Tensor> parts = qkv(x).split({H * D, Hk * D, Hk * D}, /*dim=*/-1);
-  torch::Tensor q = parts[0].view({B, T, H, D});
-  torch::Tensor k = parts[1].view({B, T, Hk, D});
+  const bool full = options.qk_norm_full();
+  torch::Tensor q = (full ? q_norm(parts[0]) : parts[0]).view({B, T, H, D});
+  torch::Tensor k = (full ? k_norm(parts[1]) : parts[1]).view({B, T, Hk, D});
   torch::Tensor v = parts[2].view({B, T, Hk, D});
   if (options.qkv_norm()) {
     q = q_norm(q);
@@ -134,7 +146,8 @@ std::string attention_backend(const AttentionOptions& o, int64_t batch, int64_t 
 
 void AttentionImpl::pretty_print(std::ostream& stream) const {
   stream << "normlab::Attention(d_model=" << options.d_model() << ", heads=" << options.n_heads()
-         << ", kv_heads=" << options.kv_heads() << (options.qkv_norm() ? ", qkv_norm" : "") << ")";
+         << ", kv_heads=" << options.kv_heads() << (options.qkv_norm() ? ", qkv_norm" : "")
+         << (options.qk_norm_full() ? ", qk_norm=full" : "") << ")";
 }
 
 }  // namespace normlab

@@ -85,6 +85,11 @@ void validate(const ModelConfig& c) {
   if (c.mix_ln_post_layers)
     require_model(*c.mix_ln_post_layers >= 0 && *c.mix_ln_post_layers <= c.n_layers,
                   "mix_ln_post_layers", *c.mix_ln_post_layers, "must lie in [0, model.n_layers]");
+  require_model(c.qk_norm == QkNorm::None || !c.uses_qkv_norm(), "qk_norm", "full",
+                c.qkv_norm
+                    ? "cannot be combined with model.qkv_norm (per-head q/k/v norms)"
+                    : "cannot be combined with model.scheme = " + std::string(enum_name(c.scheme)) +
+                          ", whose attention has per-head q/k/v norms");
   validate_moe(c);
 }
 

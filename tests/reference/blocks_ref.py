@@ -92,8 +92,15 @@ def attention(P, prefix, x, cfg, use_qkv_norm):
     B, T, d = x.shape
     H, KV, hd = cfg["n_heads"], cfg["n_kv_heads"], head_dim(cfg)
     qkv = x @ P[prefix + ".qkv.weight"].t()
-    q = qkv[..., : H * hd].reshape(B, T, H, hd)
-    k = qkv[..., H * hd: (H + KV) * hd].reshape(B, T, KV, hd)
+    q, k = qkv[..., : H * hd], qkv[..., H * hd: (H + KV) * hd]
+    if cfg.get("qk_norm", "none") == "full":
+        # OLMo-2 / OLMoE: one norm over the whole q projection, one over the whole k projection,
+        # before the split into heads; v is not normalised
+        assert not use_qkv_norm, "qk_norm full excludes the per-head q/k/v norms"
+        q = norm(P, prefix + ".q_norm", q, cfg)
+        k = norm(P, prefix + ".k_norm", k, cfg)
+    q = q.reshape(B, T, H, hd)
+    k = k.reshape(B, T, KV, hd)
     v = qkv[..., (H + KV) * hd:].reshape(B, T, KV, hd)
     if use_qkv_norm:
         # per-head norm of the model's norm type (gain of size hd shared by all heads), before RoPE

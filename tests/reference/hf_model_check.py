@@ -35,6 +35,10 @@ CASES = [(s, {}) for s in R.SCHEMES] + [
     ("deep_norm", dict(deep_norm_alpha=1.7)),
     ("mix_ln", dict(mix_ln_post_layers=3)),
     ("resi_dual", dict(qkv_norm=True, norm_type="layernorm")),
+    # full-width q/k norms (OLMo-2, OLMoE), also on a two-stream scheme and with experts
+    ("pre_norm", dict(qk_norm="full")),
+    ("siamese", dict(qk_norm="full", norm_type="layernorm", n_kv_heads=1)),
+    ("pre_norm", dict(qk_norm="full", moe_n_experts=4, moe_top_k=2)),
     # Mixture-of-Experts MLPs (moe_ref.py)
     ("pre_norm", dict(moe_n_experts=4, moe_top_k=2)),
     ("siamese_hybrid", dict(moe_n_experts=4, moe_top_k=1, moe_renormalize=True)),
@@ -70,7 +74,8 @@ def hf_model(cfg, params):
         scheme=cfg["scheme"], vocab_size=cfg["vocab_size"], d_model=cfg["d_model"],
         n_layers=cfg["n_layers"], n_heads=cfg["n_heads"], n_kv_heads=cfg["n_kv_heads"],
         d_ff=cfg["d_ff"], rope_theta=cfg["rope_theta"], norm_eps=cfg["norm_eps"],
-        norm_type=cfg["norm_type"], qkv_norm=cfg["qkv_norm"], tie_embeddings=cfg["tie_embeddings"],
+        norm_type=cfg["norm_type"], qkv_norm=cfg["qkv_norm"],
+        qk_norm=cfg.get("qk_norm", "none"), tie_embeddings=cfg["tie_embeddings"],
         siamese=dict(depth_scale=cfg["siamese_depth_scale"], input_norm=cfg["siamese_input_norm"],
                      output_fusion=cfg["siamese_output_fusion"], hyper=siamese_hyper),
         deep_norm_alpha=cfg["deep_norm_alpha"], mix_ln_post_layers=cfg["mix_ln_post_layers"],

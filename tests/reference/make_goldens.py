@@ -110,6 +110,11 @@ CASES = [
     # on the default model (as hyper's 2xDHC), siamese on the compact one
     ("siamese_hybrid_hyper_dhc2", "siamese_hybrid", {"hyper_n": 2}),
     ("siamese_hyper_dhc2", "siamese", compact(hyper_n=2)),
+    # full-width q/k norms (OLMo-2, OLMoE): grouped-query (k's norm narrower than q's), with
+    # LayerNorm, and on a two-stream scheme
+    ("qknorm_full_pre_norm", "pre_norm", compact(qk_norm="full")),
+    ("qknorm_full_layernorm", "pre_norm", compact(qk_norm="full", norm_type="layernorm")),
+    ("qknorm_full_siamese", "siamese", compact(qk_norm="full")),
 ]
 
 

@@ -94,11 +94,18 @@ DEFAULT_CONFIG = {
 }
 
 
+# Keys a config holds only when given (so that the configs written into the goldens made
+# before them stay as they were), with the value their absence means.
+OPTIONAL_CONFIG = {
+    "qk_norm": "none",  # "full": one norm over all of q and one over all of k (OLMo-2, OLMoE)
+}
+
+
 def make_config(scheme, **overrides):
     cfg = dict(DEFAULT_CONFIG)
     cfg["scheme"] = scheme
     for key, value in overrides.items():
-        if key not in cfg:
+        if key not in cfg and key not in OPTIONAL_CONFIG:
             raise KeyError(f"unknown config key {key}")
         cfg[key] = value
     if scheme not in SCHEMES:
@@ -130,6 +137,9 @@ def _branch_params(cfg, l, use_qkv_norm):
         names[f"{b}.attn.q_norm.weight"] = (hd,)
         names[f"{b}.attn.k_norm.weight"] = (hd,)
         names[f"{b}.attn.v_norm.weight"] = (hd,)
+    elif cfg.get("qk_norm", "none") == "full":
+        names[f"{b}.attn.q_norm.weight"] = (H * hd,)
+        names[f"{b}.attn.k_norm.weight"] = (KV * hd,)
     names[f"{b}.mlp.up.weight"] = (2 * d_ff, d)
     names[f"{b}.mlp.down.weight"] = (d, d_ff)
     return names

@@ -59,6 +59,13 @@ int run_info(const InfoOptions& o) {
             << "scheme      " << enum_name(m.scheme) << ", " << m.n_layers << " layers, d_model "
             << m.d_model << ", " << m.n_heads << " heads (" << m.kv_heads() << " kv), d_ff "
             << m.d_ff << ", vocab " << m.vocab_size << (m.tie_embeddings ? " (tied)" : "") << "\n";
+  if (m.qk_norm == QkNorm::Full)
+    std::cout << "attention   QK-norm full: one " << enum_name(m.norm_type) << " over all of q ("
+              << m.n_heads * m.head_dim() << ") and one over all of k ("
+              << m.kv_heads() * m.head_dim() << ") before the heads are split; v untouched\n";
+  else if (m.uses_qkv_norm())
+    std::cout << "attention   QKV-norm per head: one " << enum_name(m.norm_type) << " of "
+              << m.head_dim() << " on q, one on k, one on v, shared by the heads\n";
   if (m.moe.enabled())
     std::cout << "MoE         " << m.moe.n_experts << " experts of d_expert " << m.expert_width()
               << ", top-" << m.moe.top_k

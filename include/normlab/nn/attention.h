@@ -1,6 +1,8 @@
 // Causal self-attention, the shared attention branch of every scheme.
 //   q|k|v = split(W_qkv x)                 one fused projection, rows [q heads | k | v kv-heads]
 //   q, k, v = N_q(q), N_k(k), N_v(v)       optional per-head norms (size head_dim), before RoPE
+//   or q, k = N_q(q), N_k(k)               optional full-width norms (size H*D, Hk*D) before
+//                                          the heads are split, v untouched (qk_norm_full)
 //   q, k = rope(q), rope(k)
 //   y = W_o SDPA(q, k, v, causal)          full multi-head or grouped-query (n_kv_heads < n_heads)
 // Shapes: B = batch, T = sequence, C = d_model, H = heads, Hk = kv heads, D = head dim.
@@ -24,6 +26,7 @@ struct AttentionOptions {
   TORCH_ARG(int64_t, n_heads);
   TORCH_ARG(int64_t, n_kv_heads) = 0;  // 0: n_heads
   TORCH_ARG(bool, qkv_norm) = false;
+  TORCH_ARG(bool, qk_norm_full) = false;  // not with qkv_norm
   TORCH_ARG(double, rope_theta) = 10000.0;
   TORCH_ARG(NormType, norm_type) = NormType::RmsNorm;
   TORCH_ARG(double, norm_eps) = 1e-5;
@@ -34,7 +37,8 @@ struct AttentionOptions {
   int64_t head_dim() const { return d_model_ / n_heads_; }
 };
 
-/// The attention options of a block of `cfg` (q/k/v norms as cfg.uses_qkv_norm()).
+/// The attention options of a block of `cfg` (q/k/v norms as cfg.uses_qkv_norm(), full q/k
+/// norms as cfg.qk_norm).
 AttentionOptions attention_options(const ModelConfig& cfg, torch::Device device);
 
 /// The scaled-dot-product-attention kernel LibTorch picks for a causal training forward of
@@ -54,8 +58,8 @@ class AttentionImpl : public torch::nn::Module {
   AttentionOptions options;
   Linear qkv{nullptr};   // (H*D + 2*Hk*D, C)
   Linear out{nullptr};   // (C, H*D)
-  Norm q_norm{nullptr};  // (D), only with qkv_norm
-  Norm k_norm{nullptr};
+  Norm q_norm{nullptr};  // (D) with qkv_norm, (H*D) with qk_norm_full
+  Norm k_norm{nullptr};  // (D) with qkv_norm, (Hk*D) with qk_norm_full
   Norm v_norm{nullptr};
 
   /// Incremental decoding (kv_cache.h): while set, forward continues the cached sequence.

@@ -18,8 +18,12 @@ enum class OutputFusion { Code, Paper };
 enum class HyperOutStd { One, SqrtN };
 enum class HyperVariant { Hc, Mhc };
 enum class MoeDispatch { Auto, Loop, Grouped };
+enum class QkNorm { None, Full };
 
 // clang-format off
+template <> struct EnumNames<QkNorm> {
+  static constexpr NameRow<QkNorm> rows[] = {{QkNorm::None, "none"}, {QkNorm::Full, "full"}};
+};
 template <> struct EnumNames<NormType> {
   static constexpr NameRow<NormType> rows[] = {{NormType::RmsNorm, "rmsnorm"}, {NormType::LayerNorm, "layernorm"}};
 };
@@ -101,6 +105,7 @@ struct ModelConfig {
   NormType norm_type = NormType::RmsNorm;
   double norm_eps = 1e-5;
   bool qkv_norm = false;
+  QkNorm qk_norm = QkNorm::None;  // full: one norm over all of q, one over all of k (OLMo-2/OLMoE)
   bool tie_embeddings = false;
   InitMethod init = InitMethod::Mitchell;
   double init_std = 0.02;

@@ -53,6 +53,7 @@ class NormlabConfig(PretrainedConfig):
         norm_type="rmsnorm",
         norm_eps=1e-5,
         qkv_norm=False,
+        qk_norm="none",
         tie_embeddings=False,
         siamese=None,
         deep_norm_alpha=None,
@@ -67,6 +68,8 @@ class NormlabConfig(PretrainedConfig):
             raise ValueError(f"config.json: scheme: '{scheme}' is not one of {', '.join(SCHEMES)}")
         if norm_type not in ("rmsnorm", "layernorm"):
             raise ValueError(f"config.json: norm_type: '{norm_type}' is not rmsnorm or layernorm")
+        if qk_norm not in ("none", "full"):
+            raise ValueError(f"config.json: qk_norm: '{qk_norm}' is not none or full")
         if d_model % n_heads != 0 or (d_model // n_heads) % 2 != 0:
             raise ValueError(f"config.json: d_model {d_model} / n_heads {n_heads}: not an even head size")
         siamese = dict(siamese or {})
@@ -88,6 +91,7 @@ class NormlabConfig(PretrainedConfig):
         self.norm_type = norm_type
         self.norm_eps = norm_eps
         self.qkv_norm = qkv_norm
+        self.qk_norm = qk_norm  # full: one norm over all of q, one over all of k (OLMo-2, OLMoE)
         self.tie_embeddings = tie_embeddings
         self.siamese = siamese
         self.deep_norm_alpha = deep_norm_alpha

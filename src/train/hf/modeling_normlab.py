@@ -62,7 +62,8 @@ def apply_rope(x, cos, sin):
 
 
 class NormlabAttention(nn.Module):
-    """Fused qkv projection, optional per-head q/k/v norms before RoPE, causal grouped-query attention."""
+    """Fused qkv projection, optional per-head q/k/v norms or full-width q/k norms before RoPE,
+    causal grouped-query attention."""
 
     def __init__(self, config, qkv_norm):
         super().__init__()
@@ -76,13 +77,21 @@ class NormlabAttention(nn.Module):
             self.q_norm = NormlabNorm(self.hd, config.norm_type, config.norm_eps)
             self.k_norm = NormlabNorm(self.hd, config.norm_type, config.norm_eps)
             self.v_norm = NormlabNorm(self.hd, config.norm_type, config.norm_eps)
+        # full-width q/k norms (OLMo-2, OLMoE): over all heads at once, before the split; v as is
+        self.qk_full = getattr(config, "qk_norm", "none") == "full"
+        if self.qk_full:
+            self.q_norm = NormlabNorm(H * self.hd, config.norm_type, config.norm_eps)
+            self.k_norm = NormlabNorm(KV * self.hd, config.norm_type, config.norm_eps)
 
     def forward(self, x, rope, mask):
         B, T, _ = x.shape
         H, KV, hd = self.H, self.KV, self.hd
         qkv = self.qkv(x)
-        q = qkv[..., : H * hd].reshape(B, T, H, hd)
-        k = qkv[..., H * hd: (H + KV) * hd].reshape(B, T, KV, hd)
+        q, k = qkv[..., : H * hd], qkv[..., H * hd: (H + KV) * hd]
+        if self.qk_full:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q.reshape(B, T, H, hd)
+        k = k.reshape(B, T, KV, hd)
         v = qkv[..., (H + KV) * hd:].reshape(B, T, KV, hd)
         if self.qkv_norm:
             q, k, v = self.q_norm(q), self.k_norm(k), self.v_norm(v)

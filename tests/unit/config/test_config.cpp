@@ -237,6 +237,19 @@ TEST(Config, ModelSizesAreBoundedBeforeAnythingIsAllocated) {
     EXPECT_EQ(config_error_of("", {at}), "") << at;
 }
 
+// Full-width q/k norms exclude the per-head q/k/v norms, whether asked for or implied by the
+// scheme; the schemes without per-head norms take them.
+TEST(Config, FullQkNormExcludesPerHeadQkvNorms) {
+  EXPECT_EQ(config_load("", {"model.qk_norm=full"}).model.qk_norm, QkNorm::Full);
+  EXPECT_EQ(config_error_of("", {"model.qk_norm=full", "model.scheme=siamese"}), "");
+  EXPECT_THAT(config_error_of("", {"model.qk_norm=full", "model.qkv_norm=true"}),
+              testing::HasSubstr("model.qk_norm = full: cannot be combined with model.qkv_norm"));
+  EXPECT_THAT(config_error_of("", {"model.qk_norm=full", "model.scheme=hybrid_norm"}),
+              testing::HasSubstr("model.qk_norm = full: cannot be combined with model.scheme = "
+                                 "hybrid_norm, whose attention has per-head q/k/v norms"));
+  EXPECT_THAT(config_error_of("", {"model.qk_norm=half"}), testing::HasSubstr("model.qk_norm"));
+}
+
 // model.moe.dispatch = grouped is checked against the run's precision and the widths when the
 // config loads (the grouped GEMM: float32 or bfloat16 rows of a multiple of 16 bytes).
 TEST(Config, GroupedMoeDispatchIsCheckedAgainstPrecisionAndWidths) {
