@@ -35,6 +35,13 @@ std::string type_of(const json& j) {
   return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>()
                                                                       : std::string("(untyped)");
 }
+// A type name as it is when it is a short plain word, else quoted (the message stays one line).
+std::string type_name(const json& j) {
+  const std::string t = type_of(j);
+  bool plain = t.size() <= 60;
+  for (const char c : t) plain = plain && c > ' ' && c <= '~';
+  return plain ? t : in_quotes(t);
+}
 
 const char* const kTopKeys[] = {"version",        "truncation", "padding",
                                 "added_tokens",   "normalizer", "pre_tokenizer",
@@ -53,7 +60,7 @@ class Reader {
   }
   void unsupported(const std::string& key, const json& j) const {
     throw TokenizerError(
-        path_ + ": " + key + ".type " + type_of(j) +
+        path_ + ": " + key + ".type " + type_name(j) +
         " is not supported (normlab reads byte-level BPE tokenizer.json files: model BPE, "
         "normalizer NFC/NFD/NFKC/NFKD or none, pre_tokenizer ByteLevel or Split stages "
         "followed by ByteLevel, decoder ByteLevel)");

@@ -252,8 +252,16 @@ TEST(HfTokenizer, RefusesWhatTheTokenizersLibraryRefuses) {
        },
        "normalizer.normalizers: missing"},
       {[](J& j) { j["normalizer"] = J::array(); }, "normalizer: an array is not an object"},
+      {[](J& j) {
+         j["normalizer"] = {{"type", "Lower\ncase"}};
+       },
+       "tok.json: normalizer.type \"Lower\\ncase\" is not supported"},
   };
-  for (const auto& [edit, want] : cases) EXPECT_THAT(error_after(edit), HasSubstr(want)) << want;
+  for (const auto& [edit, want] : cases) {
+    const std::string e = error_after(edit);
+    EXPECT_THAT(e, HasSubstr(want));
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;  // one line
+  }
 
   const std::vector<std::pair<std::function<void(J&)>, std::string>> splits = {
       {[](J& j) { j["pre_tokenizer"]["pretokenizers"][0].erase("invert"); },
@@ -275,8 +283,11 @@ TEST(HfTokenizer, RefusesWhatTheTokenizersLibraryRefuses) {
       {[](J& j) { j["pre_tokenizer"]["pretokenizers"][1].erase("add_prefix_space"); },
        "pre_tokenizer.pretokenizers[1].add_prefix_space: missing"},
   };
-  for (const auto& [edit, want] : splits)
-    EXPECT_THAT(error_after(edit, kSplit), HasSubstr(want)) << want;
+  for (const auto& [edit, want] : splits) {
+    const std::string e = error_after(edit, kSplit);
+    EXPECT_THAT(e, HasSubstr(want));
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
   // Accepted as the library accepts them: no model.type (files of old versions), null options.
   EXPECT_EQ(error_after([](J& j) { j["model"].erase("type"); }), "(no error)");
   EXPECT_EQ(error_after([](J& j) {
