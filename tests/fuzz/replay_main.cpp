@@ -13,20 +13,23 @@
 extern "C" int normlab_fuzz_config(const uint8_t* data, size_t size);
 extern "C" int normlab_fuzz_shard(const uint8_t* data, size_t size);
 extern "C" int normlab_fuzz_safetensors(const uint8_t* data, size_t size);
+extern "C" int normlab_fuzz_tokenizer(const uint8_t* data, size_t size);
 
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s config|shard|safetensors PATH...\n", argv[0]);
+    std::fprintf(stderr, "usage: %s config|shard|safetensors|tokenizer PATH...\n", argv[0]);
     return 2;
   }
   const std::string target = argv[1];
   int (*run)(const uint8_t*, size_t) = target == "config"        ? normlab_fuzz_config
                                        : target == "shard"       ? normlab_fuzz_shard
                                        : target == "safetensors" ? normlab_fuzz_safetensors
+                                       : target == "tokenizer"   ? normlab_fuzz_tokenizer
                                                                  : nullptr;
   if (!run) {
-    std::fprintf(stderr, "unknown fuzz target '%s' (config, shard, safetensors)\n", target.c_str());
+    std::fprintf(stderr, "unknown fuzz target '%s' (config, shard, safetensors, tokenizer)\n",
+                 target.c_str());
     return 2;
   }
   std::set<fs::path> files;
