@@ -11,6 +11,7 @@ set(NORMLAB_SOURCES
   data/hf_bpe.cpp
   data/hf_pretokenizer.cpp
   data/hf_tokenizer.cpp
+  data/hf_tokenizer_json.cpp
   data/loader.cpp
   data/megatron_index.cpp
   data/mixture.cpp

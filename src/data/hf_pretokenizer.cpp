@@ -146,8 +146,8 @@ Regex::Regex(const std::string& pattern, bool literal) : impl_(new Impl) {
   impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(), options, &error,
                               &offset, nullptr);
   if (!impl_->code)
-    throw std::invalid_argument("regex \"" + pattern + "\": " + pcre2_message(error) +
-                                " (at offset " + std::to_string(offset) + ")");
+    throw std::invalid_argument(pcre2_message(error) + " (at offset " + std::to_string(offset) +
+                                ")");
   pcre2_jit_compile(impl_->code, PCRE2_JIT_COMPLETE);  // without JIT, the interpreter matches
 }
 
@@ -197,10 +197,14 @@ void PreTokenizer::run(std::string_view text,
   std::vector<std::string_view> pieces{text}, next;
   for (const SplitStage& stage : splits_) {
     next.clear();
-    for (const std::string_view p : pieces)
-      stage.regex.split(p, [&](std::string_view q, bool matched) {
-        if (!(matched && stage.behavior == SplitBehavior::Removed)) next.push_back(q);
-      });
+    try {
+      for (const std::string_view p : pieces)
+        stage.regex.split(p, [&](std::string_view q, bool matched) {
+          if (!(matched && stage.behavior == SplitBehavior::Removed)) next.push_back(q);
+        });
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(stage.key + ": " + e.what());
+    }
     pieces.swap(next);
   }
   std::string prefixed;

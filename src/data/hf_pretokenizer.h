@@ -27,7 +27,8 @@ std::string utf8_lossy(const std::string& bytes);
 
 /// A regex as the `tokenizers` library compiles it (Oniguruma), through PCRE2 in UTF and
 /// Unicode-property mode. `\s` and `\S` are rewritten to Oniguruma's Unicode White_Space set
-/// (PCRE2 10.42's `\s` also matches U+180E). Throws std::invalid_argument with PCRE2's message.
+/// (PCRE2 10.42's `\s` also matches U+180E). Throws std::invalid_argument with PCRE2's message
+/// and the offset (not the pattern). Matching throws std::runtime_error past PCRE2's limits.
 class Regex {
  public:
   /// `literal`: the pattern is a plain string (Split's {"String": ...}).
@@ -53,6 +54,7 @@ enum class SplitBehavior { Isolated, Removed };
 struct SplitStage {
   Regex regex;
   SplitBehavior behavior = SplitBehavior::Isolated;
+  std::string key;  // where the pattern is in the tokenizer.json, for errors
 };
 
 /// Split stages, then ByteLevel. Pieces come out as raw UTF-8 bytes: the byte-to-character

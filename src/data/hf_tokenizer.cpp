@@ -10,17 +10,11 @@
 
 #include "data/hf_bpe.h"
 #include "data/hf_pretokenizer.h"
+#include "data/hf_tokenizer_json.h"
 #include "normlab/data/tokenizer.h"
 #include "normlab/util/file_io.h"
 
 namespace normlab::hf {
-
-// An entry of added_tokens (the id: the model's when the vocabulary has the content).
-struct AddedToken {
-  int32_t id = -1;
-  std::string content;
-  bool single_word = false, lstrip = false, rstrip = false, normalized = true, special = false;
-};
 
 // Added tokens by their text, matched leftmost-longest (as tokenizers' Aho-Corasick automaton).
 class Matcher {
@@ -105,41 +99,22 @@ bool is_word(int32_t c) {
          cat == UTF8PROC_CATEGORY_PC;
 }
 
-std::string type_of(const json& j) {
-  return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>()
-                                                                      : std::string("(untyped)");
-}
-
-// Value of an optional key, its default when missing or null.
-template <class T>
-T value_or(const json& j, const char* key, T fallback) {
-  const auto it = j.find(key);
-  return it == j.end() || it->is_null() ? fallback : it->get<T>();
-}
-
 }  // namespace
 
 struct HfTokenizer::Impl {
   std::string path;
-  std::vector<AddedToken> added;
+  std::vector<AddedTokenSpec> added;
   std::unordered_map<int32_t, size_t> added_by_id;
   Matcher raw, normalized;  // tokens matched before / after normalization
   std::vector<Normalization> normalizers;
   std::unique_ptr<PreTokenizer> pre;
   std::unique_ptr<BpeModel> bpe;
-  std::vector<std::string> vocab_r;  // id -> model token ("" for none)
+  std::unordered_map<int32_t, std::string> vocab_r;  // id -> model token
   int64_t size = 0;
   int32_t eos = -1, bos = -1;
 
   [[noreturn]] void fail(const std::string& what) const {
     throw TokenizerError(path + ": " + what);
-  }
-  void unsupported(const std::string& where, const json& j) const {
-    if (j.is_null()) fail("no " + where + ": a byte-level BPE needs one (ByteLevel)");
-    fail(where + ".type " + type_of(j) +
-         " is not supported (normlab reads byte-level BPE tokenizer.json files: model BPE, "
-         "normalizer NFC/NFD/NFKC/NFKD or none, pre_tokenizer ByteLevel or Split stages "
-         "followed by ByteLevel, decoder ByteLevel)");
   }
   std::string normalize_all(std::string_view s) const {
     std::string out(s);
@@ -147,102 +122,30 @@ struct HfTokenizer::Impl {
     return out;
   }
 
-  void load(const json& root);
-  void load_pre_tokenizer(const json& j);
+  void load(TokenizerSpec spec);
   void special_ids();
   // tokenizers' AddedVocabulary::find_matches: pieces with the added token's index, or -1.
   void split_added(std::string_view s, const Matcher& m,
                    std::vector<std::pair<int64_t, std::string_view>>& out) const;
 };
 
-void HfTokenizer::Impl::load(const json& root) {
-  if (!root.is_object()) fail("not a tokenizer.json (the top level is not an object)");
-  if (!root.contains("model") || !root["model"].is_object()) fail("no \"model\" object");
-  const json& model = root["model"];
-  // Files of old versions leave the BPE model untyped.
-  if (type_of(model) != "BPE" && !(type_of(model) == "(untyped)" && model.contains("merges")))
-    unsupported("model", model);
-  if (value_or<double>(model, "dropout", 0.0) != 0.0) fail("model.dropout is not supported");
-  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
-    if (!value_or<std::string>(model, key, "").empty())
-      fail(std::string("model.") + key + " is not supported (a byte-level BPE has none)");
-  if (!model.contains("vocab") || !model["vocab"].is_object()) fail("model.vocab is missing");
-  std::unordered_map<std::string, int32_t> vocab;
-  for (const auto& [token, id] : model["vocab"].items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
-      fail("model.vocab[\"" + token + "\"] is not a token id");
-    vocab.emplace(token, id.get<int32_t>());
-    size = std::max<int64_t>(size, id.get<int64_t>() + 1);
-  }
-  std::vector<std::pair<std::string, std::string>> merges;
-  for (const json& m : value_or<json>(model, "merges", json::array())) {
-    if (m.is_string()) {  // "a b"
-      const std::string s = m.get<std::string>();
-      const size_t space = s.find(' ');
-      if (space == std::string::npos) fail("model.merges: \"" + s + "\" is not two tokens");
-      merges.emplace_back(s.substr(0, space), s.substr(space + 1));
-    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
-    } else {
-      fail("model.merges: " + m.dump() + " is not a pair of tokens");
-    }
-  }
-  BpeOptions options;
-  if (model.contains("unk_token") && model["unk_token"].is_string())
-    options.unk_token = model["unk_token"].get<std::string>();
-  options.fuse_unk = value_or<bool>(model, "fuse_unk", false);
-  options.byte_fallback = value_or<bool>(model, "byte_fallback", false);
-  options.ignore_merges = value_or<bool>(model, "ignore_merges", false);
-  vocab_r.assign(static_cast<size_t>(size), "");
-  for (const auto& [token, id] : vocab) vocab_r[static_cast<size_t>(id)] = token;
+// `spec` is checked (hf_tokenizer_json.h): every merge and the unk_token are in the vocabulary.
+void HfTokenizer::Impl::load(TokenizerSpec spec) {
+  size = spec.size;
+  for (const auto& [token, id] : spec.vocab) vocab_r.emplace(id, token);
   try {
-    bpe = std::make_unique<BpeModel>(std::move(vocab), merges, options);
+    bpe = std::make_unique<BpeModel>(std::move(spec.vocab), spec.merges, spec.options);
   } catch (const std::invalid_argument& e) {
     fail(std::string("model: ") + e.what());
   }
-
-  const json normalizer = value_or<json>(root, "normalizer", json());
-  if (!normalizer.is_null()) {
-    const bool sequence = type_of(normalizer) == "Sequence";
-    const json list = sequence ? value_or<json>(normalizer, "normalizers", json::array())
-                               : json::array({normalizer});
-    const std::map<std::string, Normalization> forms = {{"NFC", Normalization::Nfc},
-                                                        {"NFD", Normalization::Nfd},
-                                                        {"NFKC", Normalization::Nfkc},
-                                                        {"NFKD", Normalization::Nfkd}};
-    for (const json& n : list) {
-      const auto it = forms.find(type_of(n));
-      if (it == forms.end()) unsupported("normalizer", n);
-      normalizers.push_back(it->second);
-    }
-  }
-  load_pre_tokenizer(value_or<json>(root, "pre_tokenizer", json()));
-  const json decoder = value_or<json>(root, "decoder", json());
-  if (type_of(decoder) != "ByteLevel") unsupported("decoder", decoder);
+  normalizers = std::move(spec.normalizers);
+  pre =
+      std::make_unique<PreTokenizer>(std::move(spec.splits), spec.add_prefix_space, spec.use_regex);
   // The post-processor only adds tokens when asked to (add_special_tokens): normlab ends
   // documents with EOS itself, so it is not applied.
-
-  for (const json& t : value_or<json>(root, "added_tokens", json::array())) {
-    AddedToken a;
-    if (!t.is_object() || !t.contains("content") || !t["content"].is_string() ||
-        !t.contains("id") || !t["id"].is_number_integer() || t["id"].get<int64_t>() < 0 ||
-        t["id"].get<int64_t>() > INT32_MAX)
-      fail("added_tokens: " + t.dump() + " is not an added token with content and id");
-    a.content = t["content"].get<std::string>();
-    a.special = value_or<bool>(t, "special", false);
-    a.single_word = value_or<bool>(t, "single_word", false);
-    a.lstrip = value_or<bool>(t, "lstrip", false);
-    a.rstrip = value_or<bool>(t, "rstrip", false);
-    a.normalized = value_or<bool>(t, "normalized", !a.special);
-    // As tokenizers does on load: a token of the model's vocabulary keeps the model's id.
-    const int32_t in_model = bpe->id(a.content);
-    a.id = in_model >= 0 ? in_model : t["id"].get<int32_t>();
-    if (a.content.empty()) continue;
-    size = std::max<int64_t>(size, int64_t(a.id) + 1);
-    added_by_id[a.id] = added.size();
-    added.push_back(std::move(a));
-  }
+  added = std::move(spec.added);
   for (size_t i = 0; i < added.size(); ++i) {
+    added_by_id[added[i].id] = i;
     if (added[i].normalized)
       normalized.add(normalize_all(added[i].content), i);
     else
@@ -250,46 +153,9 @@ void HfTokenizer::Impl::load(const json& root) {
   }
 }
 
-void HfTokenizer::Impl::load_pre_tokenizer(const json& j) {
-  const json list = type_of(j) == "Sequence" ? value_or<json>(j, "pretokenizers", json::array())
-                                             : json::array({j});
-  std::vector<SplitStage> splits;
-  for (size_t i = 0; i < list.size(); ++i) {
-    const json& p = list[i];
-    const std::string type = type_of(p);
-    if (type == "ByteLevel" && i + 1 == list.size()) {
-      pre = std::make_unique<PreTokenizer>(std::move(splits),
-                                           value_or<bool>(p, "add_prefix_space", true),
-                                           value_or<bool>(p, "use_regex", true));
-      return;
-    }
-    if (type != "Split") {
-      if (type == "ByteLevel") fail("pre_tokenizer: ByteLevel must be the last stage");
-      unsupported("pre_tokenizer", p);
-    }
-    const json pattern = value_or<json>(p, "pattern", json());
-    const bool literal = pattern.is_object() && pattern.contains("String");
-    if (!pattern.is_object() || !(literal || pattern.contains("Regex")))
-      fail("pre_tokenizer Split: the pattern is neither {\"Regex\": ...} nor {\"String\": ...}");
-    const std::string text = pattern[literal ? "String" : "Regex"].get<std::string>();
-    const std::string behavior = value_or<std::string>(p, "behavior", "Isolated");
-    if (behavior != "Isolated" && behavior != "Removed")
-      fail("pre_tokenizer Split: behavior " + behavior + " is not supported (Isolated, Removed)");
-    if (value_or<bool>(p, "invert", false)) fail("pre_tokenizer Split: invert is not supported");
-    try {
-      splits.push_back({Regex(text, literal),
-                        behavior == "Isolated" ? SplitBehavior::Isolated : SplitBehavior::Removed});
-    } catch (const std::invalid_argument& e) {
-      fail(std::string("pre_tokenizer Split: ") + e.what());
-    }
-  }
-  if (j.is_null()) fail("no pre_tokenizer: a byte-level BPE needs ByteLevel");
-  fail("pre_tokenizer: the last stage is not ByteLevel, which a byte-level BPE needs");
-}
-
 void HfTokenizer::Impl::special_ids() {
   auto id_of = [&](const std::string& content) -> int32_t {
-    for (const AddedToken& a : added)
+    for (const AddedTokenSpec& a : added)
       if (a.content == content) return a.id;
     return bpe->id(content);
   };
@@ -324,7 +190,7 @@ void HfTokenizer::Impl::split_added(std::string_view s, const Matcher& m,
   size_t start_offset = 0, from = 0, start = 0, stop = 0, index = 0;
   while (m.find(s, from, start, stop, index)) {
     from = stop;
-    const AddedToken& a = added[index];
+    const AddedTokenSpec& a = added[index];
     if (a.single_word && ((start > 0 && is_word(last_char(s.substr(0, start)))) ||
                           (stop < s.size() && is_word(first_char(s.substr(stop))))))
       continue;
@@ -349,17 +215,7 @@ void HfTokenizer::Impl::split_added(std::string_view s, const Matcher& m,
 
 HfTokenizer::HfTokenizer(const std::string& path, const std::string& text) : impl_(new Impl) {
   impl_->path = path;
-  json root;
-  try {
-    root = json::parse(text);
-  } catch (const json::exception& e) {
-    impl_->fail(std::string("not valid JSON: ") + e.what());
-  }
-  try {
-    impl_->load(root);
-  } catch (const json::exception& e) {  // a value of the wrong JSON type
-    impl_->fail(std::string("unexpected contents: ") + e.what());
-  }
+  impl_->load(read_tokenizer_json(path, text));
   impl_->special_ids();
 }
 
@@ -384,7 +240,11 @@ std::vector<int32_t> HfTokenizer::encode(std::string_view text) const {
       if (index2 >= 0)
         ids.push_back(m.added[size_t(index2)].id);
       else
-        m.pre->run(piece2, [&](std::string_view word) { m.bpe->encode(word, ids); });
+        try {
+          m.pre->run(piece2, [&](std::string_view word) { m.bpe->encode(word, ids); });
+        } catch (const std::runtime_error& e) {  // a Split regex past PCRE2's match limits
+          m.fail(e.what());
+        }
     }
   }
   return ids;
@@ -404,7 +264,8 @@ std::string HfTokenizer::decode(const std::vector<int32_t>& ids) const {
 std::string HfTokenizer::piece(int32_t id) const {
   const auto it = impl_->added_by_id.find(id);
   if (it != impl_->added_by_id.end()) return impl_->added[it->second].content;
-  return id >= 0 && size_t(id) < impl_->vocab_r.size() ? impl_->vocab_r[size_t(id)] : "";
+  const auto token = impl_->vocab_r.find(id);
+  return token == impl_->vocab_r.end() ? "" : token->second;
 }
 
 int64_t HfTokenizer::vocab_size() const { return impl_->size; }

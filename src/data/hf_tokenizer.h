@@ -3,8 +3,9 @@
 // add_special_tokens=False)): added tokens matched first (leftmost-longest; those marked
 // `normalized` after normalization), then the normalizer (NFC, NFD, NFKC, NFKD), the
 // pre-tokenizer (Split stages, then ByteLevel) and the BPE model. Decoding keeps special
-// tokens (skip_special_tokens=False). Anything else in the file is a TokenizerError naming
-// the file and the component. Internal to src/data: Tokenizer (tokenizer.h) is the interface.
+// tokens (skip_special_tokens=False). The file is checked as strictly as `tokenizers` loads it
+// (hf_tokenizer_json.h); anything else is a TokenizerError naming the file and the key.
+// Internal to src/data: Tokenizer (tokenizer.h) is the interface.
 #pragma once
 
 #include <cstdint>

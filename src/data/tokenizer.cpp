@@ -117,7 +117,7 @@ namespace {
 
 // A tokenizer.json by its name, or by its first character (JSON, where a SentencePiece model
 // is a protobuf, whose first byte is a field key, never '{').
-bool is_tokenizer_json(const std::string& path, const std::string& bytes) {
+bool looks_like_tokenizer_json(const std::string& path, const std::string& bytes) {
   if (std::filesystem::path(path).extension() == ".json") return true;
   const size_t first = bytes.find_first_not_of(" \t\r\n");
   return first != std::string::npos && bytes[first] == '{';
@@ -130,7 +130,7 @@ Tokenizer::Tokenizer(const std::string& model_path) : impl_(new Impl) {
   const std::string bytes = read_file(model_path);
   impl_->crc = static_cast<uint32_t>(
       crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
-  if (is_tokenizer_json(model_path, bytes)) {
+  if (looks_like_tokenizer_json(model_path, bytes)) {
     impl_->hf = std::make_unique<hf::HfTokenizer>(model_path, bytes);
     return;
   }
@@ -185,6 +185,7 @@ int32_t Tokenizer::bos_id() const { return impl_->hf ? impl_->hf->bos_id() : imp
 uint32_t Tokenizer::checksum() const { return impl_->crc; }
 const std::string& Tokenizer::path() const { return impl_->path; }
 bool Tokenizer::splits_at_whitespace() const { return impl_->splits; }
+bool Tokenizer::is_tokenizer_json() const { return impl_->hf != nullptr; }
 
 std::vector<int32_t> Tokenizer::token_byte_lengths() const {
   static const std::string marker = "\xE2\x96\x81";  // U+2581, SentencePiece's space

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "normlab/config/config_io.h"
+#include "normlab/data/tokenizer.h"
 #include "normlab/nn/weights.h"
 #include "normlab/train/checkpoint.h"
 #include "normlab/util/file_io.h"
@@ -79,7 +80,9 @@ std::string export_model(const std::string& source, const std::string& out_dir, 
   const std::string text = config.dump(2) + "\n";
   write_file_atomic((tmp / "config.json").string(), [&](FileWriter& w) { w.write(text); }, fault);
   if (!cfg.data.tokenizer.empty() && fs::exists(cfg.data.tokenizer))
-    fs::copy_file(cfg.data.tokenizer, tmp / "tokenizer.model");
+    fs::copy_file(cfg.data.tokenizer,
+                  tmp / (Tokenizer(cfg.data.tokenizer).is_tokenizer_json() ? "tokenizer.json"
+                                                                           : "tokenizer.model"));
   const std::vector<std::string> names = folder.commit();
   if (written) *written = names;
   return ckpt_dir;
@@ -125,8 +128,8 @@ LoadedModel load_model(const std::string& source, torch::Device device) {
   if (fs::exists(fs::path(source) / "config.json")) {
     m.model = import_model(source, device);
     m.from = source;
-    const fs::path tok = fs::path(source) / "tokenizer.model";
-    if (fs::exists(tok)) m.tokenizer = tok.string();
+    for (const char* name : {"tokenizer.model", "tokenizer.json"})
+      if (fs::exists(fs::path(source) / name)) m.tokenizer = (fs::path(source) / name).string();
     try {
       m.step = nlohmann::json::parse(read_file((fs::path(source) / "config.json").string()))
                    .value("step", int64_t{-1});

@@ -19,7 +19,10 @@ words, control characters) and on 400 random strings drawn from those character 
     itself where the normalizer leaves it unchanged;
   - `normlab data prepare` on those texts and on the whole corpus writes exactly each
     document's ids followed by the end-of-text token;
-  - a tiny model trained on those shards evaluates per byte and generates from a prompt.
+  - a tiny model trained on those shards evaluates per byte and generates from a prompt;
+  - its `export --format hf` ships the tokenizer.json, which transformers' AutoTokenizer loads
+    and encodes as `tokenizers` does (with and without special tokens), and a tokenizer.json
+    of the user's in the output folder stops the export.
 Then real WordPiece and Unigram tokenizer.json files and a malformed one are refused with one
 line naming the file and what is wrong. Prints PASS; exits 1 on a failure, 77 without
 `tokenizers` or numpy.
@@ -213,6 +216,61 @@ out = run("generate", "--checkpoint", f"{WORK}/run", "--prompt", prompt, "--max-
 if not out.startswith(prompt) or len(out) <= len(prompt) + 1:
     fail(f"generate with a tokenizer.json: {out!r}")
 print(f"tiny model on the llama3 shards: eval per byte, generate {out.strip()!r}")
+
+
+# `export --format hf` ships the tokenizer.json as it is with a tokenizer_config.json, and
+# transformers' AutoTokenizer encodes and decodes as the `tokenizers` library does, with and
+# without the special tokens of the file's post-processor.
+def check_hf_export():
+    try:
+        os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
+        from transformers import AutoTokenizer
+    except ImportError as e:
+        print(f"export --format hf: not checked ({e})")
+        return
+    hf = f"{WORK}/hf"
+    run("export", "--format", "hf", "--checkpoint", f"{WORK}/run", "--out", hf)
+    if open(f"{hf}/tokenizer.json", "rb").read() != open(llama_path, "rb").read():
+        fail("export --format hf: tokenizer.json is not the run's")
+    if os.path.exists(f"{hf}/tokenizer.model"):
+        fail("export --format hf: a tokenizer.model beside the tokenizer.json")
+    ref = Tokenizer.from_file(llama_path)
+    eos = ref.token_to_id("<|end_of_text|>")
+    config = json.load(open(f"{hf}/config.json"))
+    if (config["eos_token_id"], config["bos_token_id"], config["pad_token_id"]) != (eos,) * 3:
+        fail(f"export --format hf: config.json token ids {config['eos_token_id']}, not {eos}")
+    tok = AutoTokenizer.from_pretrained(hf, trust_remote_code=True)
+    if tok.eos_token_id != eos:
+        fail(f"export --format hf: AutoTokenizer's eos is {tok.eos_token_id}, not {eos}")
+    for t in TEXTS + RANDOM:
+        for special in (False, True):
+            got = tok(t, add_special_tokens=special)["input_ids"]
+            want = ref.encode(t, add_special_tokens=special).ids
+            if got != want:
+                fail(f"AutoTokenizer (add_special_tokens={special}) differs on {t!r}:\n"
+                     f" transformers {got}\n tokenizers   {want}")
+        ids = ref.encode(t, add_special_tokens=False).ids
+        if tok.decode(ids) != ref.decode(ids, skip_special_tokens=False):
+            fail(f"AutoTokenizer decodes differently: {t!r}")
+    # The plain export names it tokenizer.json too, and its HF export ships the same file.
+    run("export", "--checkpoint", f"{WORK}/run", "--out", f"{WORK}/plain")
+    run("export", "--format", "hf", "--checkpoint", f"{WORK}/plain", "--out", f"{WORK}/hf2")
+    if open(f"{WORK}/hf2/tokenizer.json", "rb").read() != open(llama_path, "rb").read():
+        fail("export --format hf of a plain export: tokenizer.json is not the run's")
+    # A tokenizer.json the export did not write is never replaced (the output contract).
+    os.makedirs(f"{WORK}/hf3")
+    with open(f"{WORK}/hf3/tokenizer.json", "w") as f:
+        f.write("mine")
+    p = run("export", "--format", "hf", "--checkpoint", f"{WORK}/run", "--out", f"{WORK}/hf3",
+            ok=False)
+    if p.returncode == 0 or "tokenizer.json" not in p.stderr or \
+            open(f"{WORK}/hf3/tokenizer.json").read() != "mine":
+        fail(f"export --format hf over a user's tokenizer.json: {p.stderr.strip()!r}")
+    print(f"export --format hf: AutoTokenizer gives the tokenizers library's ids on "
+          f"{len(TEXTS) + len(RANDOM)} texts, with and without special tokens")
+
+
+check_hf_export()
 
 # Refusals: real tokenizer.json files of other model types, and a malformed one.
 wp = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))

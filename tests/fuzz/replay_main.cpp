@@ -14,11 +14,13 @@ extern "C" int normlab_fuzz_config(const uint8_t* data, size_t size);
 extern "C" int normlab_fuzz_shard(const uint8_t* data, size_t size);
 extern "C" int normlab_fuzz_safetensors(const uint8_t* data, size_t size);
 extern "C" int normlab_fuzz_weight_map(const uint8_t* data, size_t size);
+extern "C" int normlab_fuzz_tokenizer(const uint8_t* data, size_t size);
 
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s config|shard|safetensors|weight_map PATH...\n", argv[0]);
+    std::fprintf(stderr, "usage: %s config|shard|safetensors|weight_map|tokenizer PATH...\n",
+                 argv[0]);
     return 2;
   }
   const std::string target = argv[1];
@@ -26,9 +28,11 @@ int main(int argc, char** argv) {
                                        : target == "shard"       ? normlab_fuzz_shard
                                        : target == "safetensors" ? normlab_fuzz_safetensors
                                        : target == "weight_map"  ? normlab_fuzz_weight_map
+                                       : target == "tokenizer"   ? normlab_fuzz_tokenizer
                                                                  : nullptr;
   if (!run) {
-    std::fprintf(stderr, "unknown fuzz target '%s' (config, shard, safetensors, weight_map)\n",
+    std::fprintf(stderr,
+                 "unknown fuzz target '%s' (config, shard, safetensors, weight_map, tokenizer)\n",
                  target.c_str());
     return 2;
   }

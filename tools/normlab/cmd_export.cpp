@@ -23,9 +23,10 @@ namespace {
 void warn_kept_files(const std::string& out, const std::string& format,
                      const std::vector<std::string>& written) {
   const std::vector<std::string> optional =
-      format == "hf"     ? std::vector<std::string>{"tokenizer.model", "tokenizer_config.json"}
+      format == "hf"
+          ? std::vector<std::string>{"tokenizer.model", "tokenizer.json", "tokenizer_config.json"}
       : format == "olmo" ? std::vector<std::string>{"model.pt"}
-                         : std::vector<std::string>{"tokenizer.model"};
+                         : std::vector<std::string>{"tokenizer.model", "tokenizer.json"};
   for (const std::string& name : optional)
     if (std::find(written.begin(), written.end(), name) == written.end() &&
         std::filesystem::exists(std::filesystem::path(out) / name))
@@ -70,8 +71,10 @@ Runner setup_export(CLI::App& sub) {
                  "docs/interop.md")
       ->capture_default_str()
       ->check(CLI::IsMember({"normlab", "hf", "olmo"}));
-  sub.add_option("--tokenizer", o->tokenizer,
-                 "with --format hf: the SentencePiece model to ship (default: the run's)");
+  sub.add_option(
+      "--tokenizer", o->tokenizer,
+      "with --format hf: the tokenizer to ship, a SentencePiece model or a tokenizer.json "
+      "(default: the run's)");
   sub.add_flag("--pt", o->pt,
                "with --format olmo: also model.pt (torch.save of the state dict, through "
                "tools/olmo_checkpoint.py)");

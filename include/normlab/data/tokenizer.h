@@ -81,6 +81,8 @@ class Tokenizer {
   /// CRC-32 of the model file: the identity recorded in shard indexes.
   uint32_t checksum() const;
   const std::string& path() const;
+  /// A Hugging Face tokenizer.json (else a SentencePiece model).
+  bool is_tokenizer_json() const;
 
   /// True when encoding a document equals concatenating the encodings of its
   /// whitespace-separated words (the model splits at whitespace, adds the dummy prefix and

@@ -1,7 +1,8 @@
 // Export: a checkpoint's model as a folder that other tools read:
 //   model.safetensors   the weights by parameter name (metadata format = pt), fp32
 //   config.json         {"format": "normlab", "version": 1, "model": {every model.* key}}
-//   tokenizer.model     the run's data.tokenizer, when it has one
+//   tokenizer.model     the run's data.tokenizer, when it has one (tokenizer.json when it is a
+//                       Hugging Face tokenizer.json)
 // import_model reads such a folder back into a DecoderLM with identical logits.
 #pragma once
 
@@ -37,7 +38,7 @@ DecoderLM import_model(const std::string& dir, torch::Device device = torch::kCP
 struct LoadedModel {
   DecoderLM model{nullptr};
   std::string from;       // the export or checkpoint folder read
-  std::string tokenizer;  // its tokenizer.model (export) or data.tokenizer (run), "" if unknown
+  std::string tokenizer;  // its tokenizer.model or .json (export) or data.tokenizer (run), or ""
   int64_t step = -1;      // the training step of a checkpoint (-1: unknown)
   int64_t seq_len = 0;    // the run's data.seq_len (0: unknown, an export folder)
 };

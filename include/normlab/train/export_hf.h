@@ -12,6 +12,9 @@
 //   tokenizer.model,          the run's SentencePiece model, loaded by transformers'
 //   tokenizer_config.json     TokenizersBackend; encoding prepends EOS, the document start
 //                             normlab puts before prompts and task items
+//   or tokenizer.json,        the run's tokenizer.json as it is, loaded by TokenizersBackend,
+//   tokenizer_config.json     which encodes as the `tokenizers` library does (its
+//                             post-processor included); its EOS is eos, bos and pad
 #pragma once
 
 #include <string>
