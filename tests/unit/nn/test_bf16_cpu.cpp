@@ -6,11 +6,17 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+
+#include <atomic>
+#include <cstring>
 #include <map>
 #include <string>
 
 #include "bf16_checks.h"
 #include "nn/schemes/hyper_connection.h"
+#include "normlab/eval/info.h"
 #include "normlab/nn/activation_checkpointing.h"
 #include "normlab/nn/attention.h"
 #include "normlab/nn/autocast.h"
@@ -21,6 +27,45 @@
 
 namespace normlab {
 namespace {
+
+// The CPU allocator with a count of the bytes it has handed out and not taken back: exact live
+// memory of tensors, whatever the C library does with freed pages. Installed for a scope. A
+// simple allocator (data pointer = context, one raw deleter), as some ATen kernels require: each
+// block keeps its size in a 64-byte header in front of the data.
+class CountingCpuAllocator final : public c10::Allocator {
+ public:
+  CountingCpuAllocator() : base_(c10::GetCPUAllocator()) { c10::SetCPUAllocator(this, kPriority); }
+  ~CountingCpuAllocator() override { c10::SetCPUAllocator(base_, kPriority); }
+  static int64_t live() { return live_bytes().load(); }
+
+  c10::DataPtr allocate(size_t n) override {
+    auto* block = static_cast<char*>(c10::alloc_cpu(n + kHeader));
+    std::memcpy(block, &n, sizeof n);
+    live_bytes() += static_cast<int64_t>(n);
+    void* data = block + kHeader;  // 64-byte aligned, as alloc_cpu's own
+    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+
+ private:
+  static constexpr uint8_t kPriority = 200;  // above LibTorch's own registrations
+  static constexpr size_t kHeader = 64;
+  static std::atomic<int64_t>& live_bytes() {
+    static std::atomic<int64_t> live{0};  // test-local: blocks may outlive the scope
+    return live;
+  }
+  static void release(void* data) {
+    char* block = static_cast<char*>(data) - kHeader;
+    size_t n = 0;
+    std::memcpy(&n, block, sizeof n);
+    live_bytes() -= static_cast<int64_t>(n);
+    c10::free_cpu(block);
+  }
+  c10::Allocator* base_;
+};
 
 TEST(Bf16Cpu, LinearComputesInBf16UnderCpuAutocast) {
   torch::manual_seed(0);
@@ -182,6 +227,62 @@ TEST(Bf16Cpu, ActivationCheckpointingRecomputesUnderTheForwardsAutocast) {
     for (const auto& [name, g] : grads[0])
       EXPECT_TRUE(test::close(grads[1].at(name), g, 1e-6)) << name;
   }
+}
+
+// The memory accounting of bf16 autocast (eval/info.h: `working` counts a bf16 copy of every
+// weight matrix, docs/distributed.md "What autocast keeps alive"), measured on CPU autocast with
+// the allocator's exact byte count: ATen's cast cache keeps the bf16 cast of every weight a
+// matmul reads (attention, MLP and head; not the embedding, whose lookup is not cast, nor the
+// norms) until the autocast region ends, even without gradients; with gradients autograd keeps
+// them at least to the end of the forward. Leaving the region frees exactly those copies.
+TEST(Bf16Cpu, AutocastKeepsOneBf16CopyOfEveryMatmulWeightAsTheMemoryEstimateCounts) {
+  const ModelConfig cfg = test::tiny_config(Scheme::PreNorm);
+  torch::manual_seed(4);
+  DecoderLM model(cfg);
+  const torch::Tensor tokens = torch::randint(cfg.vocab_size, {2, 9}, torch::kLong);
+  int64_t matmul_weights = 0, all = 0;
+  for (const auto& p : model->named_parameters()) {
+    all += p.value().numel();
+    if (p.value().dim() == 2 && p.key() != "embed.weight") matmul_weights += p.value().numel();
+  }
+  ASSERT_GT(matmul_weights, 0);
+  const int64_t copies = 2 * matmul_weights;
+  CountingCpuAllocator counting;
+  {
+    torch::NoGradGuard no_grad;  // the first forward of an activation-checkpointed block
+    torch::Tensor logits;
+    int64_t inside = 0;
+    const int64_t before = counting.live();
+    {
+      AutocastGuard autocast(at::kCPU, true);
+      logits = model->forward(tokens);
+      inside = counting.live() - before;
+    }
+    const int64_t after = counting.live() - before;
+    EXPECT_EQ(inside - after, copies) << "inside " << inside << ", after " << after;
+  }
+  {
+    const int64_t before = counting.live();
+    torch::Tensor loss;
+    int64_t end_of_forward = 0;
+    {
+      AutocastGuard autocast(at::kCPU, true);
+      loss = model->loss(tokens, tokens.roll(-1, 1)).loss;
+      end_of_forward = counting.live() - before;
+    }
+    EXPECT_GE(end_of_forward, copies);
+    loss.backward();
+    loss = torch::Tensor();
+    // What stays is the gradients (fp32, one per parameter) and nothing of the forward.
+    EXPECT_EQ(counting.live() - before, 4 * all);
+    for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+  }
+  // The estimate counts the copies of every parameter, 2 bytes each: at least the measured ones.
+  MemoryPlan plan;
+  plan.bf16 = true;
+  const double working = estimate_memory(cfg, plan).working;
+  EXPECT_GE(working, static_cast<double>(copies));
+  EXPECT_LE(working, 2.0 * static_cast<double>(all));
 }
 
 }  // namespace
