@@ -47,7 +47,6 @@ Trainer::Impl::Impl(const RunConfig& config, const TrainOptions& options)
     throw ConfigError("distributed.shard_size = " + std::to_string(shard_size) +
                       ": must divide the number of ranks (" + std::to_string(world) +
                       "), e.g. the GPUs of one node; 0 shards over all ranks");
-  open_run_folder();
   device = resolve_device(cfg.train.device, o.device_index);
   precision = choose_precision(cfg.train.precision, device,
                                device.is_cuda() ? std::string() : cpu_native_bf16());
@@ -57,6 +56,7 @@ Trainer::Impl::Impl(const RunConfig& config, const TrainOptions& options)
   const double shards = !sharded ? 1.0 : static_cast<double>(shard_size > 0 ? shard_size : world);
   require_model_fits(cfg.model, fp64 ? 32.0 : 16.0, shards, device_capacity_bytes(device),
                      device.str(), "its weights, gradients and AdamW moments");
+  open_run_folder();  // after the checks above: a refused run leaves no folder behind
   load_data();
   build_model();
   if (o.resume && latest) resume();
