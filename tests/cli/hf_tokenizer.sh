@@ -3,7 +3,8 @@
 # Llama-3-style byte-level BPEs trained by the `tokenizers` library on the built-in corpus give,
 # through `normlab tokenizer encode`, `decode` and `data prepare`, exactly that library's ids
 # and texts; WordPiece, Unigram and malformed files are refused in one line naming the file
-# (tests/cli/hf_tokenizer_check.py). About 30 s. Skipped (77) without tokenizers or numpy.
+# (tests/cli/hf_tokenizer_check.py). About 30 s. Fails without tokenizers or numpy
+# (tools/setup.sh --tests installs them).
 # Usage: hf_tokenizer.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
 set -euo pipefail
 normlab=$1 src=$2 corpus=$3 python=$4 work=$5
