@@ -17,7 +17,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
 "$normlab" train --config "$src/configs/tiny/lm.yaml" --set "data.train=$kjv/shards" \
-  --set "data.tokenizer=$kjv/tokenizer.model" --set train.steps=30 --set eval.every=0 \
+  --set "data.tokenizer=$kjv/tokenizer.model" --set train.steps=30 --set eval.every=0 --set eval.batches=1 \
   --out "$work/run" > "$work/train.out" 2>&1 || { cat "$work/train.out"; fail "train"; }
 "$normlab" export --format hf --checkpoint "$work/run" --out "$work/hf" > /dev/null
 "$normlab" eval --checkpoint "$work/run" --tasks "$kjv/tasks/arithmetic.jsonl" \
