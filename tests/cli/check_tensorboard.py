@@ -2,8 +2,8 @@
 """Reads a run folder's TensorBoard event files back with TensorBoard's own readers and checks
 them against metrics.jsonl and diagnostics.jsonl: every number of every line is there, under
 its tag and step, equal at float precision (events hold 32-bit floats), once, and nothing
-else is. Exit 0 when they agree, 1 (printing the differences) when not, 77 when tensorboard
-is not installed.
+else is. Exit 0 when they agree, 1 (printing the differences) when not, and 1 when tensorboard
+is not installed (tools/setup.sh installs it).
 
 Usage: check_tensorboard.py RUN_DIR [RUN_DIR ...]
 """
@@ -16,9 +16,9 @@ import sys
 try:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
-except ImportError:
-    print("SKIP: tensorboard is not installed in", sys.executable)
-    sys.exit(77)
+except ImportError:  # tools/setup.sh installs it into the venv: its absence is a failure
+    print("FAIL: tensorboard is not installed in", sys.executable, "(run tools/setup.sh)")
+    sys.exit(1)
 
 
 def f32(x):

@@ -3,13 +3,15 @@
 # array and a Megatron dataset holding the same documents (written by Python: sentencepiece ids,
 # numpy, the .idx layout from struct) report the same token and document counts, their dtype,
 # and the same first sample, decoded with --tokenizer as Python sentencepiece decodes those ids.
-# Self-contained (no corpus fixture); a few seconds. Skipped (77) without numpy or sentencepiece.
+# Self-contained (no corpus fixture); a few seconds. Fails without numpy or sentencepiece in
+# PYTHON (tools/setup.sh installs both into the venv).
 # Usage: data_inspect.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR (CORPUS_DIR unused)
 set -euo pipefail
 normlab=$1 python=$4 work=$5
 rm -rf "$work" && mkdir -p "$work"
 fail() { echo "FAIL: $*"; exit 1; }
-"$python" -c "import sentencepiece, numpy" 2>/dev/null || { echo "SKIP: no sentencepiece or numpy"; exit 77; }
+"$python" -c "import sentencepiece, numpy" 2>/dev/null \
+  || fail "$python has no sentencepiece or numpy (run tools/setup.sh, which installs them into the venv)"
 
 awk 'BEGIN { srand(3); split("the of and to in a is that for it as was with be by on not he this are or his from at which", w);
              for (l = 0; l < 400; l++) { s = ""; for (i = 0; i < 10; i++) s = s (i ? " " : "") w[int(rand() * 24) + 1]; print s;

@@ -4,7 +4,8 @@
 # equal `normlab eval --tasks` on the same items (acc = acc; lm-eval's acc_bytes = normlab's
 # acc_norm, both per UTF-8 byte). A tiny SiameseNorm model trained 30 steps.
 # Usage: lm_eval.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
-# Prints PASS; exits 77 (skipped) when Python cannot import lm_eval's Hugging Face model.
+# Prints PASS; fails when Python cannot import lm_eval's Hugging Face model (tools/setup.sh --tests
+# installs lm-eval and accelerate).
 set -euo pipefail
 normlab=$1 src=$2 kjv=$3 python=$4 work=$5
 rm -rf "$work" && mkdir -p "$work"
@@ -12,11 +13,11 @@ work=$(cd "$work" && pwd) src=$(cd "$src" && pwd)
 case $python in */*) python=$(cd "$(dirname "$python")" && pwd)/$(basename "$python") ;; esac
 fail() { echo "FAIL: $*"; exit 1; }
 "$python" -c "import lm_eval.models.huggingface" 2> /dev/null \
-  || { echo "SKIP: $python cannot import lm_eval.models.huggingface (lm-eval, accelerate: tools/setup.sh)"; exit 77; }
+  || fail "$python cannot import lm_eval.models.huggingface (lm-eval, accelerate: run tools/setup.sh --tests)"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
 "$normlab" train --config "$src/configs/tiny/lm.yaml" --set "data.train=$kjv/shards" \
-  --set "data.tokenizer=$kjv/tokenizer.model" --set train.steps=30 --set eval.every=0 \
+  --set "data.tokenizer=$kjv/tokenizer.model" --set train.steps=30 --set eval.every=0 --set eval.batches=1 \
   --out "$work/run" > "$work/train.out" 2>&1 || { cat "$work/train.out"; fail "train"; }
 "$normlab" export --format hf --checkpoint "$work/run" --out "$work/hf" > /dev/null
 "$normlab" eval --checkpoint "$work/run" --tasks "$kjv/tasks/arithmetic.jsonl" \

@@ -4,14 +4,15 @@
 # prepared by `normlab data prepare`: the shards hold exactly what Python's sentencepiece gives
 # for each row's text followed by EOS, in row order. `data prepare` on the .parquet itself
 # refuses with one line pointing at the bridge; a missing column is one line naming the file.
-# Self-contained (no corpus fixture); a few seconds. Skipped (77) without pyarrow or
-# sentencepiece in PYTHON.
+# Self-contained (no corpus fixture); a few seconds. Fails without pyarrow, sentencepiece or
+# numpy in PYTHON (tools/setup.sh installs them into the venv).
 # Usage: parquet_input.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR (CORPUS_DIR unused)
 set -euo pipefail
 normlab=$1 src=$2 python=$4 work=$5
 rm -rf "$work" && mkdir -p "$work"
 fail() { echo "FAIL: $*"; exit 1; }
-"$python" -c "import pyarrow, sentencepiece, numpy" 2>/dev/null || { echo "SKIP: no pyarrow, sentencepiece or numpy"; exit 77; }
+"$python" -c "import pyarrow, sentencepiece, numpy" 2>/dev/null \
+  || fail "$python has no pyarrow, sentencepiece or numpy (run tools/setup.sh, which installs them into the venv)"
 
 "$python" - "$work" <<'PY'
 import random, sys

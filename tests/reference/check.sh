@@ -15,7 +15,8 @@
 #                                                     factor E changed to E + 1e-3 in a copy of
 #                                                     moe_ref.py: every file must fail by orders
 #                                                     of magnitude
-# Exits 77 (Skipped) when PYTHON is absent or lacks torch, numpy or safetensors; prints PASS.
+# Fails when PYTHON is absent or lacks torch, numpy or safetensors (tools/setup.sh installs them
+# into the venv); prints PASS.
 set -uo pipefail
 mode=${1:-} src=${2:-} work=${3:-} python=${4:-}
 if [ -z "$mode" ] || [ -z "$src" ] || [ -z "$work" ]; then
@@ -23,8 +24,8 @@ if [ -z "$mode" ] || [ -z "$src" ] || [ -z "$work" ]; then
   exit 2
 fi
 if [ -z "$python" ] || ! "$python" -c "import torch, numpy, safetensors" >/dev/null 2>&1; then
-  echo "SKIP: no python with torch, numpy and safetensors ('$python')"
-  exit 77
+  echo "FAIL: no python with torch, numpy and safetensors ('$python'): run tools/setup.sh"
+  exit 1
 fi
 golden=$src/tests/data/golden
 case $mode in

@@ -23,7 +23,7 @@ version 1, a u8 dtype code, u64 sequence count, u64 document-index count, then i
 lengths, int64 byte pointers of the sequences in the .bin, and the int64 document index (0, then
 the sequence index that ends each document). Everything is little-endian.
 
-Usage: token_formats.py OUT_DIR [VOCAB]   (exit 77 without numpy)
+Usage: token_formats.py OUT_DIR [VOCAB]   (fails, naming tools/setup.sh, without numpy)
 """
 import json
 import os
@@ -32,9 +32,9 @@ import sys
 
 try:
     import numpy as np
-except ImportError:
-    print("SKIP: no numpy")
-    sys.exit(77)
+except ImportError:  # tools/setup.sh installs numpy into the venv: its absence is a failure
+    print(f"FAIL: {sys.executable} has no numpy (run tools/setup.sh, which installs it into the venv)")
+    sys.exit(1)
 
 out = sys.argv[1]
 vocab = int(sys.argv[2]) if len(sys.argv) > 2 else 1000

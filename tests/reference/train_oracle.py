@@ -25,7 +25,7 @@ The model's forward is tests/reference/normlab_ref.py.
 `check` compares every parameter of the three model files (whole checkpoints: a single
 process's, or `normlab checkpoint consolidate` of a sharded one) with the oracle, per element: |ours - oracle| <= TOL * |oracle| + 1e-12 * max|oracle| with TOL 1e-10 (both sides in
 float64), and the losses logged in METRICS at 1e-10 relative. Exit 0 and a line
-starting with 'agrees' when everything agrees, 1 otherwise; 77 when torch is missing.
+starting with 'agrees' when everything agrees, 1 otherwise (also when torch is missing).
 """
 
 import json
@@ -38,9 +38,9 @@ import zlib
 try:
     import torch
     from safetensors.torch import load_file, save_file
-except ImportError as e:  # reported as skipped by CTest
-    print(f"SKIP: {e}")
-    sys.exit(77)
+except ImportError as e:  # tools/setup.sh installs torch and safetensors into the venv
+    print(f"FAIL: {e} (run tools/setup.sh)")
+    sys.exit(1)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import normlab_ref as ref  # noqa: E402

@@ -28,16 +28,24 @@ class TokenSourcesTest : public ::testing::Test {
     const std::string cmd = python + " " + NORMLAB_SOURCE_DIR +
                             "/tests/reference/token_formats.py " + (*dir_ / "d") + " 1000 > " +
                             (*dir_ / "writer.log") + " 2>&1";
-    status_ = python.empty() ? 77 : std::system(cmd.c_str());
-    if (status_ == 0) expected_ = nlohmann::json::parse(read_file(*dir_ / "d/expected.json"));
+    status_ = python.empty() ? -1 : std::system(cmd.c_str());
+    if (status_ == 0)
+      expected_ = nlohmann::json::parse(read_file(*dir_ / "d/expected.json"));
+    else if (!python.empty())
+      writer_log_ = read_file(*dir_ / "writer.log");
   }
   static void TearDownTestSuite() {
     delete dir_;
     dir_ = nullptr;
   }
   void SetUp() override {
+    // tools/setup.sh installs numpy into the venv that NORMLAB_TEST_PYTHON names: a missing
+    // Python or numpy is a failure, never a skip.
     if (status_ != 0)
-      GTEST_SKIP() << "tests/reference/token_formats.py did not run (no Python with numpy?)";
+      GTEST_FAIL() << "tests/reference/token_formats.py did not run with '" << NORMLAB_TEST_PYTHON
+                   << "' (status " << status_ << "): a Python with numpy is needed (run "
+                   << "tools/setup.sh, which installs it into the venv)\n"
+                   << writer_log_;
   }
   static std::string path(const std::string& name) { return *dir_ / ("d/" + name); }
   // The ids of dataset `name`'s files as the writer wrote them.
@@ -66,10 +74,12 @@ class TokenSourcesTest : public ::testing::Test {
   static test::ScratchDir* dir_;
   static int status_;
   static nlohmann::json expected_;
+  static std::string writer_log_;  // token_formats.py's output when it failed
 };
 test::ScratchDir* TokenSourcesTest::dir_ = nullptr;
 int TokenSourcesTest::status_ = 0;
 nlohmann::json TokenSourcesTest::expected_;
+std::string TokenSourcesTest::writer_log_;
 
 LoaderOptions source_opts(int64_t micro, int64_t global, int64_t rank, int64_t world,
                           uint64_t seed) {
