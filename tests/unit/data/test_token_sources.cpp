@@ -101,6 +101,15 @@ std::string source_error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
+// f fails with one line that names `file` and holds `phrase`.
+void expect_error(const std::function<void()>& f, const std::string& file,
+                  const std::string& phrase) {
+  const std::string e = source_error_of(f);
+  EXPECT_NE(e.find(file), std::string::npos) << e;
+  EXPECT_NE(e.find(phrase), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+}
+
 TEST_F(TokenSourcesTest, NanoGptUint16ArrayReadsAsWritten) {
   const auto d = open({path("flat16.bin"), "tokens", "uint16", 0});
   expect_samples(*d, truth("flat16"));
@@ -257,13 +266,6 @@ TEST(Mixture, PlanCountsAreExactAndOneSourceIsTheIdentity) {
 }
 
 TEST_F(TokenSourcesTest, HostileFilesFailWithOneLineNamingTheFile) {
-  auto expect_error = [](const std::function<void()>& f, const std::string& file,
-                         const std::string& phrase) {
-    const std::string e = source_error_of(f);
-    EXPECT_NE(e.find(file), std::string::npos) << e;
-    EXPECT_NE(e.find(phrase), std::string::npos) << e;
-    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
-  };
   expect_error(
       [&] {
         open({path("bad_truncated.bin"), "tokens", "uint16"});
@@ -366,13 +368,6 @@ TEST_F(TokenSourcesTest, NumPyFilesReadThroughTheirHeader) {
 }
 
 TEST_F(TokenSourcesTest, BadNumPyHeadersAndNegativeIdsAreRefusedByName) {
-  auto expect_error = [](const std::function<void()>& f, const std::string& file,
-                         const std::string& phrase) {
-    const std::string e = source_error_of(f);
-    EXPECT_NE(e.find(file), std::string::npos) << e;
-    EXPECT_NE(e.find(phrase), std::string::npos) << e;
-    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
-  };
   expect_error(
       [&] {
         open({path("bad_npy_fortran.npy"), "tokens"});
