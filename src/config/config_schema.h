@@ -18,7 +18,7 @@ void visit(V& v, HyperOptions& h) {
     "hc: dynamic connections (DHC), alpha and beta depend on the token through W_alpha, W_beta");
   v("tanh", h.tanh, "hc, DHC: tanh on the dynamic projections");
   v("out_std_mult", h.out_std_mult,
-    "init std of the attention and MLP output projections times 1 or sqrt_n");
+    "init std of the attention and MLP output projections times sqrt_n (the HC paper's) or 1");
 }
 
 template <class V>

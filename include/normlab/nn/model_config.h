@@ -53,14 +53,18 @@ struct HyperOptions {
   int64_t n = 2;                            // expansion rate: 1, 2, 4 or 8 streams
   bool dynamic = true;                      // hc: DHC (true) or SHC (false)
   bool tanh = true;                         // hc: tanh on the dynamic projections
-  // The init std of attn.out and mlp.down: x 1 or x sqrt(n).
-  HyperOutStd out_std_mult = HyperOutStd::One;
+  // The init std of attn.out and mlp.down: x sqrt(n) (the Hyper-Connections paper) or x 1.
+  HyperOutStd out_std_mult = HyperOutStd::SqrtN;
 };
 
 /// SiameseNorm x Hyper-Connections (docs/schemes.md): the Pre-Norm-like stream Y as n
 /// hyper-streams with hyper's connections; n = 0 (the default) keeps the single Y stream.
+/// Its output projections keep SiameseNorm's init by default (docs/schemes.md says why).
 struct SiameseHyperOptions : HyperOptions {
-  SiameseHyperOptions() { n = 0; }
+  SiameseHyperOptions() {
+    n = 0;
+    out_std_mult = HyperOutStd::One;
+  }
   bool enabled() const { return n > 0; }
 };
 

@@ -170,6 +170,19 @@ TEST(Config, SchemeSectionsLoadWithTheirSchemesAndAsDefaultsElsewhere) {
   EXPECT_EQ(config_to_yaml(pre), config_to_yaml(config_load("", {"model.scheme=pre_norm"})));
 }
 
+// The Hyper-Connections paper scales the init std of the output projections by sqrt(n)
+// (docs/schemes.md); SiameseNorm x HC keeps SiameseNorm's init; the shipped configs pin theirs.
+TEST(Config, HyperOutputInitDefaultsToThePapersSqrtN) {
+  const RunConfig c = config_load("", {"model.scheme=hyper"});
+  EXPECT_EQ(c.model.hyper.out_std_mult, HyperOutStd::SqrtN);
+  EXPECT_EQ(config_load("", {"model.scheme=siamese_hybrid", "model.siamese.hyper.n=2"})
+                .model.siamese.hyper.out_std_mult,
+            HyperOutStd::One);
+  EXPECT_EQ(config_load("", {"model.scheme=hyper", "model.hyper.out_std_mult=1"})
+                .model.hyper.out_std_mult,
+            HyperOutStd::One);
+}
+
 TEST(Config, ShippedConfigsLoad) {
   for (const char* f : {"configs/tiny/lm.yaml", "configs/small/lm.yaml", "configs/1.3b/base.yaml"})
     EXPECT_NO_THROW(config_load(std::string(NORMLAB_SOURCE_DIR) + "/" + f)) << f;

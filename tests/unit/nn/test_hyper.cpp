@@ -93,6 +93,7 @@ TEST(Hyper, InitIsThePapers) {
 
 TEST(Hyper, OutStdMultScalesTheOutputProjectionsBySqrtN) {
   ModelConfig cfg = hyper_config(4, true);
+  cfg.hyper.out_std_mult = HyperOutStd::One;
   torch::manual_seed(3);
   DecoderLM a(cfg);
   cfg.hyper.out_std_mult = HyperOutStd::SqrtN;
