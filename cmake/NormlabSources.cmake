@@ -78,6 +78,7 @@ set(NORMLAB_SOURCES
   train/checkpoint.cpp
   train/export.cpp
   train/export_hf.cpp
+  train/imported_run.cpp
   train/olmo_checkpoint.cpp
   train/optimizer.cpp
   train/precision.cpp
