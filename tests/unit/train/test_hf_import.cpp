@@ -1,7 +1,8 @@
 // Hugging Face checkpoints (train/hf_import.h): the Hugging Face names of every parameter of a
 // Llama and an OLMoE model, pinned with their order; the joined tensors; the model section a
 // config.json gives; the options it cannot express, refused by key; the errors of a folder
-// that does not hold its model. tests/cli/hf_import.sh checks the logits against transformers.
+// that does not hold its model, and a tied head saved anyway. tests/cli/hf_import.sh checks the
+// logits against transformers.
 #include <torch/torch.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -98,6 +99,25 @@ std::string olmoe_with(const std::string& key, const std::string& value) {
   return j.dump();
 }
 
+// Random tensors under the Hugging Face names of the model cfg builds, each of its own shape.
+TensorDict random_hf(const ModelConfig& cfg) {
+  TensorDict hf;
+  torch::manual_seed(0);
+  for (const auto& p : DecoderLM(cfg, torch::kMeta)->named_parameters()) {
+    const std::vector<std::string> src = hf_sources(p.key());
+    std::vector<int64_t> shape = p.value().sizes().vec();
+    std::vector<int64_t> rows(src.size(), shape[0] / static_cast<int64_t>(src.size()));
+    if (src.size() == 3)
+      rows = {cfg.n_heads * cfg.head_dim(), cfg.kv_heads() * cfg.head_dim(),
+              cfg.kv_heads() * cfg.head_dim()};
+    for (size_t i = 0; i < src.size(); ++i) {
+      shape[0] = rows[i];
+      hf[src[i]] = torch::randn(shape);
+    }
+  }
+  return hf;
+}
+
 }  // namespace
 
 TEST(HfImportTest, EveryParameterHasItsHuggingFaceNamesInOrder) {
@@ -118,21 +138,7 @@ TEST(HfImportTest, EveryParameterHasItsHuggingFaceNamesInOrder) {
 
 TEST(HfImportTest, JoinsTheTensorsRowWise) {
   const ModelConfig cfg = olmoe_config();
-  TensorDict hf;
-  torch::manual_seed(0);
-  DecoderLM meta(cfg, torch::kMeta);
-  for (const auto& p : meta->named_parameters()) {
-    const std::vector<std::string> src = hf_sources(p.key());
-    std::vector<int64_t> shape = p.value().sizes().vec();
-    std::vector<int64_t> rows(src.size(), shape[0] / static_cast<int64_t>(src.size()));
-    if (src.size() == 3)  // q, k, v
-      rows = {cfg.n_heads * cfg.head_dim(), cfg.kv_heads() * cfg.head_dim(),
-              cfg.kv_heads() * cfg.head_dim()};
-    for (size_t i = 0; i < src.size(); ++i) {
-      shape[0] = rows[i];
-      hf[src[i]] = torch::randn(shape);
-    }
-  }
+  TensorDict hf = random_hf(cfg);
   const TensorDict w = hf_to_normlab(hf, cfg, "test");
   const std::string l = "model.layers.1.";
   EXPECT_TRUE(
@@ -221,4 +227,14 @@ TEST(HfImportTest, RefusesWhatNormlabCannotExpressByKey) {
   EXPECT_NE(hf_error_of(olmoe_with("rope_parameters", R"({"rope_type": "yarn", "factor": 4})"))
                 .find("rope_parameters = "),
             std::string::npos);
+}
+
+TEST(HfImportTest, TiedHeadSavedAnywayMustBeTheEmbedding) {
+  ModelConfig cfg = test::tiny_config(Scheme::PreNorm);
+  cfg.tie_embeddings = true;
+  TensorDict hf = random_hf(cfg);
+  hf["lm_head.weight"] = hf["model.embed_tokens.weight"].clone();
+  EXPECT_EQ(hf_to_normlab(hf, cfg, "DIR").count("head.weight"), 0u);
+  hf["lm_head.weight"] = hf["lm_head.weight"] + 1;
+  EXPECT_THROW(hf_to_normlab(hf, cfg, "DIR"), CheckpointError);
 }
