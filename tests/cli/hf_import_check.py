@@ -29,9 +29,10 @@ except ImportError as e:
 
 # Both sides compute in float32 from the same float32 weights and differ only in their kernels'
 # order of summation, a few units of float32 rounding (u = 2^-24, 6.0e-8) per operation over
-# these two-layer models: 1e-4 relative (max |difference| over max |logit|) is far above that and
-# far below what a wrong mapping does (a swapped gate and up, q/k rows in another RoPE order, a
-# missing norm: order 1).
+# these two-layer models: 1e-4 relative (max |difference| over max |logit|) is far above that
+# (measured: at most 7.6e-7) and far below what a wrong mapping does (measured on these models:
+# gate and up swapped in one layer 0.34, one input norm's gain replaced by 1 0.089, one q_norm's
+# 0.26).
 TOL = 1e-4
 VOCAB = 4096  # the built-in corpus's tokenizer
 SHAPE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
