@@ -78,6 +78,9 @@ set(NORMLAB_SOURCES
   train/checkpoint.cpp
   train/export.cpp
   train/export_hf.cpp
+  train/hf_import.cpp
+  train/hf_import_config.cpp
+  train/imported_run.cpp
   train/olmo_checkpoint.cpp
   train/optimizer.cpp
   train/precision.cpp

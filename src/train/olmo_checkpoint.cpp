@@ -1,12 +1,9 @@
 #include "normlab/train/olmo_checkpoint.h"
 
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/core/Generator.h>
 #include <torch/torch.h>
 
 #include <filesystem>
 #include <map>
-#include <mutex>
 #include <regex>
 #include <stdexcept>
 #include <vector>
@@ -15,7 +12,7 @@
 #include "normlab/nn/model.h"
 #include "normlab/nn/weights.h"
 #include "normlab/train/checkpoint.h"
-#include "normlab/train/optimizer.h"
+#include "normlab/train/imported_run.h"
 #include "normlab/util/file_io.h"
 
 namespace normlab {
@@ -163,25 +160,7 @@ std::string olmo_import(const std::string& file_or_dir, const RunConfig& cfg,
   if (checkpoint_latest(run_dir))
     throw CheckpointError(run_dir + " already holds checkpoints: choose another --out");
   const TensorDict weights = olmo_to_normlab(olmo_read(file_or_dir), cfg.model, file_or_dir);
-  DecoderLM model(cfg.model, torch::kCPU);
-  load_weights(*model, weights, file_or_dir);
-
-  Checkpoint ck;
-  ck.model = weights_of(*model);
-  std::vector<std::pair<std::string, torch::Tensor>> named;
-  for (const auto& p : model->named_parameters()) named.emplace_back(p.key(), p.value());
-  ck.optimizer = AdamW(named, cfg.optimizer).state();  // fresh moments: fine-tuning starts here
-  {
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    ck.optimizer["rng.cpu"] = gen.get_state();
-  }
-  ck.state.step = step;
-  ck.config_yaml = config_to_yaml(cfg);
-  fs::create_directories(run_dir);
-  write_file_atomic((fs::path(run_dir) / "config.yaml").string(),
-                    [&](FileWriter& w) { w.write(ck.config_yaml); });
-  return checkpoint_save(run_dir, ck, /*keep=*/1);
+  return imported_run_save(weights, cfg, run_dir, step, file_or_dir);
 }
 
 std::string olmo_export(const std::string& source, const std::string& out_dir,

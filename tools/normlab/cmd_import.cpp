@@ -1,4 +1,5 @@
-// normlab import --from olmo --checkpoint FILE_OR_DIR --config X.yaml [--set k=v ...] --out RUN_DIR
+// normlab import --from olmo|hf --checkpoint FILE_OR_DIR --config X.yaml [--set k=v ...] --out
+// RUN_DIR
 #include <unistd.h>
 
 #include <filesystem>
@@ -7,6 +8,7 @@
 #include "command.h"
 #include "normlab/config/config_io.h"
 #include "normlab/train/checkpoint.h"
+#include "normlab/train/hf_import.h"
 #include "normlab/train/olmo_checkpoint.h"
 #include "normlab/util/error.h"
 #include "normlab/util/file_io.h"
@@ -48,16 +50,20 @@ Runner setup_import(CLI::App& sub) {
     bool overwrite = false;
   };
   auto o = std::make_shared<Options>();
-  sub.add_option("--from", o->from, "the checkpoint's origin: olmo (the official SiameseNorm code)")
+  sub.add_option("--from", o->from,
+                 "the checkpoint's origin: olmo (the official SiameseNorm code) or hf (a Hugging "
+                 "Face save_pretrained folder of LlamaForCausalLM or OlmoeForCausalLM)")
       ->required()
-      ->check(CLI::IsMember({"olmo"}));
+      ->check(CLI::IsMember({"olmo", "hf"}));
   sub.add_option("--checkpoint", o->checkpoint,
-                 "a state dict: .safetensors or torch.save .pt file, or a folder holding "
-                 "model.safetensors or model.pt")
+                 "olmo: a state dict, .safetensors or torch.save .pt file, or a folder holding "
+                 "model.safetensors or model.pt; hf: the folder of config.json and the "
+                 "safetensors weights")
       ->required()
       ->check(CLI::ExistingPath);
   sub.add_option("--config", o->config,
-                 "run configuration (YAML) whose model section is the checkpoint's model")
+                 "run configuration (YAML); olmo: its model section is the checkpoint's model; hf: "
+                 "config.json gives the model section")
       ->required()
       ->check(CLI::ExistingFile);
   sub.add_option("--set", o->overrides,
@@ -69,8 +75,13 @@ Runner setup_import(CLI::App& sub) {
   sub.add_flag("--overwrite", o->overwrite, "replace a config.yaml in --out, whoever wrote it");
   sub.add_option("--step", o->step, "the training step the checkpoint is at (default 0)");
   return [o] {
-    const RunConfig cfg = config_load(o->config, o->overrides);
-    olmo_check_config(cfg.model);  // before any conversion
+    const bool hf = o->from == "hf";
+    RunConfig cfg = config_load(o->config, o->overrides);
+    // Before any conversion: the model the checkpoint holds, or a refusal.
+    if (hf)
+      cfg = hf_run_config(o->checkpoint, cfg);
+    else
+      olmo_check_config(cfg.model);
     // The output contract (util/output_contract.h): before any conversion.
     check_output_path("--out", o->out, {{"--checkpoint", o->checkpoint}, {"--config", o->config}});
     if (checkpoint_latest(o->out))
@@ -82,9 +93,10 @@ Runner setup_import(CLI::App& sub) {
                                 .string();
     std::string ckpt;
     try {
-      const std::string source = safetensors_source(o->checkpoint, tmp);
-      contract.keep_previous();  // olmo_import writes config.yaml by a rename
-      ckpt = olmo_import(source, cfg, o->out, o->step);
+      const std::string source = hf ? o->checkpoint : safetensors_source(o->checkpoint, tmp);
+      contract.keep_previous();  // the import writes config.yaml by a rename
+      ckpt =
+          hf ? hf_import(source, cfg, o->out, o->step) : olmo_import(source, cfg, o->out, o->step);
       contract.record({"config.yaml"});
     } catch (...) {
       fs::remove(tmp);
