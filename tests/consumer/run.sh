@@ -22,7 +22,10 @@ for pkg in Torch Caffe2; do
   echo "message(FATAL_ERROR \"decoy $pkg package picked up: \${CMAKE_CURRENT_LIST_FILE}\")" \
     > "$work/decoy/lib/cmake/$pkg/${pkg}Config.cmake"
 done
-cmake -S "$here" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+# ccache, where there is one: the compile is the same as a consumer's, only cached.
+launcher=()
+if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+cmake -S "$here" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" \
       "-DCMAKE_PREFIX_PATH=$work/decoy;$work/prefix" "-DCONSUMER_CONFIGS_DIR=$src/configs" >"$work/configure.log" 2>&1 \
   || { cat "$work/configure.log"; fail "the consumer project does not configure"; }
 for var in Torch_DIR Caffe2_DIR; do

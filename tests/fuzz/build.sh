@@ -12,8 +12,12 @@ if ! echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { r
   echo "fuzz: $cxx cannot link libFuzzer: skipped"; exit 77
 fi
 mkdir -p "$build"
+# ccache, where there is one, as for the main build: a fresh clone's fuzz build is then a cache hit.
+launcher=()
+if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 if [ ! -f "$build/build.ninja" ]; then
-  cmake -S "$here" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=None >"$build/configure.log" 2>&1 \
+  cmake -S "$here" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=None "${launcher[@]}" \
+    >"$build/configure.log" 2>&1 \
     || { cat "$build/configure.log"; echo "fuzz: configure failed"; exit 1; }
 fi
 cmake --build "$build"

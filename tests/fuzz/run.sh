@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs one libFuzzer target (built by tests/fuzz/build.sh) for a bounded time on its seed corpus.
 # Usage: tests/fuzz/run.sh BUILD_DIR TARGET SEED_DIR
-# Env:   NORMLAB_FUZZ_SECONDS (default 60)
+# Env:   NORMLAB_FUZZ_SECONDS (default 30)
 # New inputs go to BUILD_DIR/corpus-TARGET (the seeds are not touched); a finding is saved in
 # BUILD_DIR/findings-TARGET/ and fails the test. Exit 77 (skip) when the target was not built.
 set -uo pipefail
 build=$1 target=$2 seeds=$3
-secs=${NORMLAB_FUZZ_SECONDS:-60}
+secs=${NORMLAB_FUZZ_SECONDS:-30}
 bin=$build/fuzz_$target
 if [ ! -x "$bin" ]; then echo "fuzz_$target: not built (no clang++ with libFuzzer): skipped"; exit 77; fi
 work=$build/corpus-$target findings=$build/findings-$target
