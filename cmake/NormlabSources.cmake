@@ -21,6 +21,7 @@ set(NORMLAB_SOURCES
   data/text_input.cpp
   data/token_array.cpp
   data/token_sources.cpp
+  data/sentencepiece_tokenizer.cpp
   data/tokenizer.cpp
   distributed/comm/mpi.cpp
   distributed/comm/nccl.cpp

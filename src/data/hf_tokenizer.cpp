@@ -269,7 +269,13 @@ std::string HfTokenizer::piece(int32_t id) const {
 }
 
 int64_t HfTokenizer::vocab_size() const { return impl_->size; }
-int32_t HfTokenizer::eos_id() const { return impl_->eos; }
+int32_t HfTokenizer::eos_id() const {
+  if (impl_->eos < 0)
+    impl_->fail(
+        "no end-of-text token: none of <|endoftext|>, <|end_of_text|>, </s>, <eos> is a token, "
+        "and no tokenizer_config.json beside it names an eos_token that is");
+  return impl_->eos;
+}
 int32_t HfTokenizer::bos_id() const { return impl_->bos; }
 
 std::vector<int32_t> HfTokenizer::token_byte_lengths() const {

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "data/hf_tokenizer.h"
+#include "data/sentencepiece_tokenizer.h"
 #include "normlab/data/shard.h"
 #include "normlab/data/text_input.h"
 #include "normlab/util/file_io.h"
@@ -17,76 +18,6 @@
 
 namespace normlab {
 namespace {
-
-// ---- a minimal protobuf reader, for the few model options that decide splits_at_whitespace
-// Field numbers from sentencepiece_model.proto: ModelProto.trainer_spec = 2,
-// .normalizer_spec = 3; TrainerSpec.split_by_whitespace = 22 (default true),
-// .treat_whitespace_as_suffix = 24 (false), .allow_whitespace_only_pieces = 26 (false);
-// NormalizerSpec.add_dummy_prefix = 3 (true), .remove_extra_whitespaces = 4 (true),
-// .escape_whitespaces = 5 (true).
-
-struct ProtoReader {
-  const unsigned char* p;
-  const unsigned char* end;
-
-  bool varint(uint64_t& v) {
-    v = 0;
-    for (int shift = 0; shift < 64 && p < end; shift += 7) {
-      const unsigned char b = *p++;
-      v |= static_cast<uint64_t>(b & 0x7f) << shift;
-      if (!(b & 0x80)) return true;
-    }
-    return false;
-  }
-
-  // Calls on_field(number, wire_type, varint_value, bytes_begin, bytes_len) for each field.
-  template <class F>
-  bool each(F on_field) {
-    while (p < end) {
-      uint64_t key = 0, v = 0;
-      if (!varint(key)) return false;
-      const int wire = static_cast<int>(key & 7);
-      const uint64_t field = key >> 3;
-      if (wire == 0) {
-        if (!varint(v)) return false;
-        on_field(field, wire, v, nullptr, 0);
-      } else if (wire == 2) {
-        if (!varint(v) || v > static_cast<uint64_t>(end - p)) return false;
-        on_field(field, wire, 0, p, static_cast<size_t>(v));
-        p += v;
-      } else if (wire == 1 || wire == 5) {
-        const size_t n = wire == 1 ? 8 : 4;
-        if (static_cast<size_t>(end - p) < n) return false;
-        p += n;
-      } else {
-        return false;
-      }
-    }
-    return true;
-  }
-};
-
-bool proto_splits_at_whitespace(const std::string& model) {
-  bool split_ws = true, suffix = false, ws_only = false, dummy = true, remove_extra = true,
-       escape = true;
-  ProtoReader top{reinterpret_cast<const unsigned char*>(model.data()),
-                  reinterpret_cast<const unsigned char*>(model.data()) + model.size()};
-  const bool ok =
-      top.each([&](uint64_t field, int wire, uint64_t, const unsigned char* b, size_t n) {
-        if (wire != 2 || (field != 2 && field != 3)) return;
-        ProtoReader sub{b, b + n};
-        sub.each([&](uint64_t f, int w, uint64_t v, const unsigned char*, size_t) {
-          if (w != 0) return;
-          if (field == 2 && f == 22) split_ws = v != 0;
-          if (field == 2 && f == 24) suffix = v != 0;
-          if (field == 2 && f == 26) ws_only = v != 0;
-          if (field == 3 && f == 3) dummy = v != 0;
-          if (field == 3 && f == 4) remove_extra = v != 0;
-          if (field == 3 && f == 5) escape = v != 0;
-        });
-      });
-  return ok && split_ws && !suffix && !ws_only && dummy && remove_extra && escape;
-}
 
 // Training sentences: the lines of every document, reservoir-sampled to at most `limit`.
 class LinesIterator : public sentencepiece::SentenceIterator {
@@ -104,13 +35,11 @@ class LinesIterator : public sentencepiece::SentenceIterator {
 
 }  // namespace
 
-// A SentencePiece model, or a Hugging Face tokenizer.json (hf_tokenizer.h) when `hf` is set.
+// The file's kind (tokenizer_backend.h), and what every kind shares.
 struct Tokenizer::Impl {
-  sentencepiece::SentencePieceProcessor sp;
-  std::unique_ptr<hf::HfTokenizer> hf;
+  std::unique_ptr<TokenizerBackend> model;
   std::string path;
   uint32_t crc = 0;
-  bool splits = false;
 };
 
 namespace {
@@ -130,14 +59,10 @@ Tokenizer::Tokenizer(const std::string& model_path) : impl_(new Impl) {
   const std::string bytes = read_file(model_path);
   impl_->crc = static_cast<uint32_t>(
       crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
-  if (looks_like_tokenizer_json(model_path, bytes)) {
-    impl_->hf = std::make_unique<hf::HfTokenizer>(model_path, bytes);
-    return;
-  }
-  const auto status = impl_->sp.LoadFromSerializedProto(bytes);
-  if (!status.ok())
-    throw TokenizerError(model_path + ": not a SentencePiece model: " + status.ToString());
-  impl_->splits = proto_splits_at_whitespace(bytes);
+  if (looks_like_tokenizer_json(model_path, bytes))
+    impl_->model = std::make_unique<hf::HfTokenizer>(model_path, bytes);
+  else
+    impl_->model = make_sentencepiece_tokenizer(model_path, bytes);
 }
 
 Tokenizer::~Tokenizer() = default;
@@ -145,73 +70,22 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
-  if (impl_->hf) return impl_->hf->encode(text);
-  std::vector<int> ids;
-  const auto status = impl_->sp.Encode(text, &ids);
-  if (!status.ok()) throw TokenizerError(impl_->path + ": encoding failed: " + status.ToString());
-  return std::vector<int32_t>(ids.begin(), ids.end());
+  return impl_->model->encode(text);
 }
-
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
-  if (impl_->hf) return impl_->hf->decode(ids);
-  const std::vector<int> v(ids.begin(), ids.end());
-  for (int id : v)
-    if (id < 0 || id >= impl_->sp.GetPieceSize())
-      throw TokenizerError(impl_->path + ": token id " + std::to_string(id) +
-                           " is outside the vocabulary of " +
-                           std::to_string(impl_->sp.GetPieceSize()));
-  std::string text;
-  const auto status = impl_->sp.Decode(v, &text);
-  if (!status.ok()) throw TokenizerError(impl_->path + ": decoding failed: " + status.ToString());
-  return text;
+  return impl_->model->decode(ids);
 }
-
-std::string Tokenizer::piece(int32_t id) const {
-  return impl_->hf ? impl_->hf->piece(id) : impl_->sp.IdToPiece(id);
+std::string Tokenizer::piece(int32_t id) const { return impl_->model->piece(id); }
+int64_t Tokenizer::vocab_size() const { return impl_->model->vocab_size(); }
+int32_t Tokenizer::eos_id() const { return impl_->model->eos_id(); }
+int32_t Tokenizer::bos_id() const { return impl_->model->bos_id(); }
+std::vector<int32_t> Tokenizer::token_byte_lengths() const {
+  return impl_->model->token_byte_lengths();
 }
-int64_t Tokenizer::vocab_size() const {
-  return impl_->hf ? impl_->hf->vocab_size() : impl_->sp.GetPieceSize();
-}
-int32_t Tokenizer::eos_id() const {
-  if (!impl_->hf) return impl_->sp.eos_id();
-  if (impl_->hf->eos_id() < 0)
-    throw TokenizerError(impl_->path +
-                         ": no end-of-text token: none of <|endoftext|>, <|end_of_text|>, </s>, "
-                         "<eos> is a token, and no tokenizer_config.json beside it names an "
-                         "eos_token that is");
-  return impl_->hf->eos_id();
-}
-int32_t Tokenizer::bos_id() const { return impl_->hf ? impl_->hf->bos_id() : impl_->sp.bos_id(); }
 uint32_t Tokenizer::checksum() const { return impl_->crc; }
 const std::string& Tokenizer::path() const { return impl_->path; }
-bool Tokenizer::splits_at_whitespace() const { return impl_->splits; }
-bool Tokenizer::is_tokenizer_json() const { return impl_->hf != nullptr; }
-
-std::vector<int32_t> Tokenizer::token_byte_lengths() const {
-  static const std::string marker = "\xE2\x96\x81";  // U+2581, SentencePiece's space
-  if (impl_->hf) return impl_->hf->token_byte_lengths();
-  std::vector<int32_t> out(static_cast<size_t>(vocab_size()));
-  for (int32_t id = 0; id < static_cast<int32_t>(out.size()); ++id) {
-    if (impl_->sp.IsControl(id) || impl_->sp.IsUnknown(id)) continue;
-    if (impl_->sp.IsByte(id)) {
-      out[static_cast<size_t>(id)] = 1;
-      continue;
-    }
-    std::string p = impl_->sp.IdToPiece(id);
-    int32_t n = 0;
-    for (size_t at = 0; at < p.size();) {
-      if (p.compare(at, marker.size(), marker) == 0) {
-        ++n;
-        at += marker.size();
-      } else {
-        ++n;
-        ++at;
-      }
-    }
-    out[static_cast<size_t>(id)] = n;
-  }
-  return out;
-}
+bool Tokenizer::splits_at_whitespace() const { return impl_->model->splits_at_whitespace(); }
+bool Tokenizer::is_tokenizer_json() const { return impl_->model->is_tokenizer_json(); }
 
 namespace {
 
