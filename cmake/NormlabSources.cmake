@@ -39,6 +39,7 @@ set(NORMLAB_SOURCES
   nn/add_rms_norm.cpp
   nn/attention.cpp
   nn/fused.cpp
+  nn/experts.cpp
   nn/init.cpp
   nn/kv_cache.cpp
   nn/linear.cpp

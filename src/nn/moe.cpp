@@ -11,14 +11,6 @@
 namespace normlab {
 namespace {
 
-// One expert's SwiGLU on its rows through ATen's GEMM (BLAS on CPU, cuBLAS on CUDA), not the
-// oneDNN path of fused::linear: a slice's row count changes from step to step, and oneDNN builds
-// a kernel per shape (measured: the MoE step about 3x slower that way, docs/performance-cpu.md).
-torch::Tensor run_expert(MlpImpl& m, const torch::Tensor& rows) {
-  const std::vector<torch::Tensor> vg = torch::linear(rows, m.up->weight).chunk(2, -1);
-  return torch::linear(torch::silu(vg[1]) * vg[0], m.down->weight);
-}
-
 // The N*k assignments (a = token * k + j) sorted by expert: the sorted expert ids, the order
 // (assignment ids) and each one's token. Stable, so that within an expert the rows keep token
 // order (deterministic sums).
@@ -130,11 +122,7 @@ MoeImpl::MoeImpl(const ModelConfig& cfg, torch::Device device)
       renormalize(cfg.moe.renormalize),
       dispatch(cfg.moe.dispatch) {
   router = register_module("router", Linear(cfg.d_model, n_experts, device));
-  expert_list = register_module("experts", torch::nn::ModuleList());
-  for (int64_t e = 0; e < n_experts; ++e) {
-    experts.push_back(Mlp(cfg.d_model, cfg.expert_width(), device));
-    expert_list->push_back(experts.back());
-  }
+  experts = register_module("experts", Experts(n_experts, cfg.d_model, cfg.expert_width(), device));
 }
 
 Routing MoeImpl::route(const torch::Tensor& rows) {
@@ -171,17 +159,15 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
   torch::Tensor y;
   if (use_grouped(rows)) {
     const torch::ScalarType dtype = compute_dtype(rows);
-    std::vector<torch::Tensor> up, down;
-    for (const Mlp& m : experts) {
-      up.push_back(m->up->weight);
-      down.push_back(m->down->weight);
-    }
-    y = dispatch_grouped(rows.to(dtype), r.experts, r.weights, torch::stack(up).to(dtype),
-                         torch::stack(down).to(dtype));
+    y = dispatch_grouped(rows.to(dtype), r.experts, r.weights, experts->up.to(dtype),
+                         experts->down.to(dtype));
   } else {
+    // One view per expert, taken once: their gradients come back as one (E, ...) tensor.
+    const std::vector<torch::Tensor> up = experts->up.unbind(0), down = experts->down.unbind(0);
     y = dispatch_sorted(
-        rows, r.experts, r.weights, n_experts,
-        [this](int64_t e, const torch::Tensor& in) { return run_expert(*experts[e], in); });
+        rows, r.experts, r.weights, n_experts, [&](int64_t e, const torch::Tensor& in) {
+          return swiglu_expert(in, up[static_cast<size_t>(e)], down[static_cast<size_t>(e)]);
+        });
   }
   return y.view(x.sizes());
 }
@@ -189,7 +175,7 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
 bool MoeImpl::use_grouped(const torch::Tensor& rows) const {
   if (dispatch == MoeDispatch::Loop) return false;
   const torch::ScalarType dtype = compute_dtype(rows);
-  const int64_t C = rows.size(1), h = experts[0]->down->weight.size(1);
+  const int64_t C = rows.size(1), h = experts->width();
   const bool fits = grouped_gemm_fits(dtype, C, h);
   if (dispatch == MoeDispatch::Auto) return fits && rows.is_cuda();
   if (!fits) {
@@ -204,8 +190,8 @@ bool MoeImpl::use_grouped(const torch::Tensor& rows) const {
 }
 
 void MoeImpl::pretty_print(std::ostream& stream) const {
-  stream << "normlab::Moe(" << n_experts << " experts of " << experts[0]->down->weight.size(1)
-         << ", top-" << top_k << (renormalize ? ", renormalized" : "") << ", dropless)";
+  stream << "normlab::Moe(" << n_experts << " experts of " << experts->width() << ", top-" << top_k
+         << (renormalize ? ", renormalized" : "") << ", dropless)";
 }
 
 std::vector<MoeImpl*> moe_layers(torch::nn::Module& m) {

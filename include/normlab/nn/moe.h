@@ -12,20 +12,21 @@
 // contiguous slice of rows, and the outputs are scattered back with their weights; autograd runs
 // through the same gather, matmuls and index_add. The experts run either as a loop of one GEMM
 // pair per expert (dispatch_sorted) or as two grouped GEMMs over all of them (dispatch_grouped);
-// model.moe.dispatch chooses (auto: grouped on CUDA where it fits). Parameter names:
-// router.weight (E, C), experts.<e>.up.weight (2 d_expert, C), experts.<e>.down.weight.
+// model.moe.dispatch chooses (auto: grouped on CUDA where it fits); the loop runs each expert
+// through its views of the stacked parameters, the grouped GEMMs take them whole. Parameter
+// names: router.weight (E, C), experts.up (E, 2 d_expert, C), experts.down (E, C, d_expert)
+// (experts.h).
 #pragma once
 
 #include <torch/nn/module.h>
-#include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
 #include <functional>
 #include <vector>
 
+#include "normlab/nn/experts.h"
 #include "normlab/nn/linear.h"
-#include "normlab/nn/mlp.h"
 #include "normlab/nn/model_config.h"
 
 namespace normlab {
@@ -83,9 +84,8 @@ class MoeImpl : public torch::nn::Module {
   bool renormalize;
   MoeDispatch dispatch;
   Linear router{nullptr};    // (E, C)
-  std::vector<Mlp> experts;  // registered as experts.<e>
-  torch::nn::ModuleList expert_list{nullptr};
-  RouterStats last;  // of the last forward
+  Experts experts{nullptr};  // up (E, 2 d_expert, C), down (E, C, d_expert)
+  RouterStats last;          // of the last forward
 
  private:
   // model.moe.dispatch for these rows: whether the grouped GEMMs run (throws ConfigError where

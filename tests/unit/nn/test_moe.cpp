@@ -1,9 +1,13 @@
 // Mixture-of-Experts MLP (nn/moe.h): the sorted dispatch against the dense per-expert sum, the
 // aux losses where their values follow from the definition alone, the one-expert MoE against
 // the dense model, and model.moe's validation.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "normlab/nn/attention.h"
+#include "normlab/nn/experts.h"
+#include "normlab/nn/init.h"
 #include "normlab/nn/model.h"
 #include "normlab/nn/moe.h"
 #include "normlab/util/error.h"
@@ -200,6 +204,20 @@ TEST(Moe, CollapsedRoutingGivesBalanceLossNearE) {
 // operations in the same order up to the gather and index_add of one row each: 1e-10 relative
 // is far above that rounding). The aux losses are left out (weights 0): lb is 1 and the z-loss
 // logit^2 in the MoE model, with no counterpart in the dense one.
+// The MoE model's counterpart of the dense model's parameter `name` (or of its gradient): a
+// block's mlp.up.weight / mlp.down.weight is expert 0's slice of mlp.experts.up / .down.
+torch::Tensor as_expert_zero(DecoderLMImpl& moe, const std::string& name, bool grad = false) {
+  auto mp = moe.named_parameters();
+  for (const char* which : {"up", "down"}) {
+    const std::string dense = std::string("mlp.") + which + ".weight";
+    const auto at = name.find(dense);
+    if (at == std::string::npos) continue;
+    const torch::Tensor t = mp[name.substr(0, at) + "mlp.experts." + which];
+    return (grad ? t.grad() : t)[0];
+  }
+  return grad ? mp[name].grad() : mp[name];
+}
+
 TEST(Moe, OneExpertTopOneEqualsTheDenseModel) {
   for (const Scheme scheme : {Scheme::PreNorm, Scheme::SiameseHybrid, Scheme::DeepNorm}) {
     SCOPED_TRACE(enum_name(scheme));
@@ -216,14 +234,7 @@ TEST(Moe, OneExpertTopOneEqualsTheDenseModel) {
     dense->to(torch::kDouble);
     {
       torch::NoGradGuard no_grad;
-      auto mp = moe->named_parameters();
-      for (auto& p : dense->named_parameters()) {
-        std::string name = p.key();
-        const auto at = name.find("mlp.");
-        if (at != std::string::npos && name.find("_norm") == std::string::npos)
-          name.replace(at, 4, "mlp.experts.0.");
-        p.value().copy_(mp[name]);
-      }
+      for (auto& p : dense->named_parameters()) p.value().copy_(as_expert_zero(*moe, p.key()));
     }
     torch::manual_seed(6);
     const torch::Tensor tokens = torch::randint(mc.vocab_size, {2, 9}, torch::kLong);
@@ -232,15 +243,82 @@ TEST(Moe, OneExpertTopOneEqualsTheDenseModel) {
     EXPECT_TRUE(test::close_per_element(a.logits, b.logits, 1e-10, 1e-13));
     a.loss.backward();
     b.loss.backward();
-    auto mp = moe->named_parameters();
     for (const auto& p : dense->named_parameters()) {
-      std::string name = p.key();
-      const auto at = name.find("mlp.");
-      if (at != std::string::npos && name.find("_norm") == std::string::npos)
-        name.replace(at, 4, "mlp.experts.0.");
-      EXPECT_TRUE(test::close_per_element(mp[name].grad(), p.value().grad(), 1e-10, 1e-13)) << name;
+      const torch::Tensor g = as_expert_zero(*moe, p.key(), /*grad=*/true);
+      EXPECT_TRUE(test::close_per_element(g, p.value().grad(), 1e-10, 1e-13)) << p.key();
     }
   }
+}
+
+// The stacked experts draw their initial weights as the per-expert layout did: after the
+// attention and the router, expert by expert, up then down, each from N(0, std) truncated at 3
+// std with the dense MLP's stds for d_ff = d_expert. So one seed gives the old weights, bitwise.
+TEST(Moe, ExpertsDrawTheirInitInThePerExpertOrder) {
+  ModelConfig cfg = moe_config(Scheme::PreNorm, 3, 2, false);
+  const int64_t layer = 1, C = cfg.d_model, h = cfg.expert_width();
+  torch::manual_seed(21);
+  Attention attn(attention_options(cfg, torch::kCPU));
+  Moe moe(cfg);
+  init_branches(cfg, layer, *attn, *moe);
+  ModelConfig expert_cfg = cfg;
+  expert_cfg.d_ff = h;
+  const BranchStds s = branch_stds(expert_cfg, layer);
+  EXPECT_NE(s.mlp_up, s.mlp_down);  // Mitchell: a swap of the two would show
+  torch::manual_seed(21);
+  for (const torch::Tensor& w : {attn->qkv->weight, attn->out->weight, moe->router->weight})
+    trunc_normal_(torch::empty_like(w), 1.0);  // the draws before the experts'
+  for (int64_t e = 0; e < 3; ++e) {
+    torch::Tensor up = torch::empty({2 * h, C}), down = torch::empty({C, h});
+    trunc_normal_(up, s.mlp_up);
+    trunc_normal_(down, s.mlp_down);
+    EXPECT_TRUE(torch::equal(moe->experts->up[e], up)) << "expert " << e;
+    EXPECT_TRUE(torch::equal(moe->experts->down[e], down)) << "expert " << e;
+  }
+}
+
+// Weights that name the experts one by one (the layout before the stacking) are stacked in
+// expert order under any prefix (an optimizer moment's), scalars (step counts) shared by the
+// experts become one; a missing expert, differing shapes or differing counts are refused.
+TEST(Moe, PerExpertNamesAreStacked) {
+  TensorDict w;
+  std::vector<torch::Tensor> ups, downs;
+  for (int64_t e = 0; e < 3; ++e) {
+    ups.push_back(torch::randn({4, 2}));
+    downs.push_back(torch::randn({2, 2}));
+    const std::string p = "blocks.1.mlp.experts." + std::to_string(e);
+    w[p + ".up.weight"] = ups.back();
+    w["exp_avg." + p + ".down.weight"] = downs.back();
+    w["step." + p + ".up.weight"] = torch::tensor(7.0);
+  }
+  w["blocks.1.mlp.router.weight"] = torch::randn({3, 2});
+  ASSERT_TRUE(has_legacy_experts(w));
+  const TensorDict s = stack_legacy_experts(w);
+  EXPECT_FALSE(has_legacy_experts(s));
+  EXPECT_EQ(s.size(), 4u);
+  EXPECT_TRUE(torch::equal(s.at("blocks.1.mlp.experts.up"), torch::stack(ups)));
+  EXPECT_TRUE(torch::equal(s.at("exp_avg.blocks.1.mlp.experts.down"), torch::stack(downs)));
+  EXPECT_TRUE(torch::equal(s.at("step.blocks.1.mlp.experts.up"), torch::tensor(7.0)));
+  EXPECT_TRUE(s.at("blocks.1.mlp.router.weight").is_same(w.at("blocks.1.mlp.router.weight")));
+  const auto refused = [](TensorDict bad, const std::string& what) {
+    try {
+      stack_legacy_experts(std::move(bad));
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const CheckpointError& e) {
+      EXPECT_THAT(e.what(), testing::HasSubstr(what));
+    }
+  };
+  TensorDict gap = w;
+  gap.erase("blocks.1.mlp.experts.1.up.weight");
+  refused(gap, "expert 1 is missing");
+  TensorDict shape = w;
+  shape["blocks.1.mlp.experts.2.up.weight"] = torch::randn({4, 3});
+  refused(shape, "another shape");
+  TensorDict steps = w;
+  steps["step.blocks.1.mlp.experts.0.up.weight"] = torch::tensor(6.0);
+  refused(steps, "differ between experts");
+  TensorDict both = w;
+  both["blocks.1.mlp.experts.up"] = torch::stack(ups);
+  refused(both, "both stacked and per expert");
 }
 
 // The names of an MoE block's MLP, and `every`: blocks 0, k, 2k, ... are MoE, the others dense.
@@ -252,8 +330,9 @@ TEST(Moe, ParameterNamesAndEvery) {
   const auto params = model->named_parameters();
   EXPECT_TRUE(params.contains("blocks.0.mlp.router.weight"));
   EXPECT_EQ(params["blocks.0.mlp.router.weight"].sizes(), torch::IntArrayRef({3, 16}));
-  EXPECT_EQ(params["blocks.2.mlp.experts.2.up.weight"].sizes(), torch::IntArrayRef({24, 16}));
-  EXPECT_EQ(params["blocks.2.mlp.experts.2.down.weight"].sizes(), torch::IntArrayRef({16, 12}));
+  EXPECT_EQ(params["blocks.2.mlp.experts.up"].sizes(), torch::IntArrayRef({3, 24, 16}));
+  EXPECT_EQ(params["blocks.2.mlp.experts.down"].sizes(), torch::IntArrayRef({3, 16, 12}));
+  EXPECT_FALSE(params.contains("blocks.2.mlp.experts.2.up.weight"));
   EXPECT_FALSE(params.contains("blocks.0.mlp.up.weight"));
   EXPECT_TRUE(params.contains("blocks.1.mlp.up.weight"));
   EXPECT_TRUE(params.contains("blocks.3.mlp.up.weight"));
