@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "normlab/nn/autocast.h"
+#include "normlab/nn/aux_loss.h"
 #include "normlab/util/error.h"
 
 namespace normlab {
@@ -120,7 +121,11 @@ MoeImpl::MoeImpl(const ModelConfig& cfg, torch::Device device)
     : n_experts(cfg.moe.n_experts),
       top_k(cfg.moe.top_k),
       renormalize(cfg.moe.renormalize),
-      dispatch(cfg.moe.dispatch) {
+      dispatch(cfg.moe.dispatch),
+      lb_loss_weight(cfg.moe.lb_loss_weight),
+      z_loss_weight(cfg.moe.z_loss_weight),
+      averaged_over(0) {
+  for (int64_t l = 0; l < cfg.n_layers; ++l) averaged_over += cfg.is_moe_layer(l) ? 1 : 0;
   router = register_module("router", Linear(cfg.d_model, n_experts, device));
   experts = register_module("experts", Experts(n_experts, cfg.d_model, cfg.expert_width(), device));
 }
@@ -147,13 +152,14 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
   const Routing r = route(rows);
   const int64_t N = rows.size(0);
 
-  last.counts = torch::bincount(r.experts.reshape({-1}), {}, n_experts);
-  const torch::Tensor f = last.counts.to(r.probs.scalar_type()) / static_cast<double>(N * top_k);
-  last.lb = static_cast<double>(n_experts) * (f * r.probs.mean(0)).sum();
-  last.z = torch::logsumexp(r.logits, -1).pow(2).mean();
+  const torch::Tensor counts = torch::bincount(r.experts.reshape({-1}), {}, n_experts);
+  const torch::Tensor f = counts.to(r.probs.scalar_type()) / static_cast<double>(N * top_k);
+  const torch::Tensor lb = static_cast<double>(n_experts) * (f * r.probs.mean(0)).sum();
+  const torch::Tensor z = torch::logsumexp(r.logits, -1).pow(2).mean();
   {
     torch::NoGradGuard no_grad;
-    last.entropy = -(r.probs * r.probs.clamp_min(1e-30).log()).sum(-1).mean();
+    const torch::Tensor entropy = -(r.probs * r.probs.clamp_min(1e-30).log()).sum(-1).mean();
+    log->record(index, {lb.detach(), z.detach(), counts, entropy});
   }
 
   torch::Tensor y;
@@ -169,6 +175,10 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
           return swiglu_expert(in, up[static_cast<size_t>(e)], down[static_cast<size_t>(e)]);
         });
   }
+  if (torch::GradMode::is_enabled() && lb.requires_grad())  // the aux losses' gradients
+    y = with_aux_gradients(y, {lb, z},
+                           {aux_loss_gradient(lb, loss_scale, lb_loss_weight, averaged_over),
+                            aux_loss_gradient(z, loss_scale, z_loss_weight, averaged_over)});
   return y.view(x.sizes());
 }
 

@@ -10,6 +10,7 @@
 #include "normlab/nn/init.h"
 #include "normlab/nn/model.h"
 #include "normlab/nn/moe.h"
+#include "normlab/nn/router_log.h"
 #include "normlab/util/error.h"
 #include "support.h"
 
@@ -131,7 +132,8 @@ TEST(Moe, DispatchChoiceKeepsTheModel) {
     out.loss.backward();
     std::vector<torch::Tensor> grads{out.loss.detach()};
     for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
-    for (MoeImpl* m : moe_layers(*model)) grads.push_back(m->last.counts);
+    for (size_t i = 0; i < model->moe.size(); ++i)
+      grads.push_back(model->router_log->last(static_cast<int64_t>(i)).counts);
     return grads;
   };
   const auto loop = run(MoeDispatch::Loop);
@@ -171,10 +173,10 @@ TEST(Moe, UniformRouterGivesUnitBalanceLossAndLogESquaredZLoss) {
   }
   const torch::Tensor x = torch::randn({2, 7, cfg.d_model}, torch::kDouble);
   moe(x);
-  EXPECT_NEAR(moe->last.lb.item<double>(), 1.0, 1e-14);
-  EXPECT_NEAR(moe->last.z.item<double>(), std::pow(std::log(5.0), 2), 1e-14);
-  EXPECT_NEAR(moe->last.entropy.item<double>(), std::log(5.0), 1e-14);
-  EXPECT_EQ(moe->last.counts.sum().item<int64_t>(), 2 * 7 * 2);
+  EXPECT_NEAR(moe->log->last(0).lb.item<double>(), 1.0, 1e-14);
+  EXPECT_NEAR(moe->log->last(0).z.item<double>(), std::pow(std::log(5.0), 2), 1e-14);
+  EXPECT_NEAR(moe->log->last(0).entropy.item<double>(), std::log(5.0), 1e-14);
+  EXPECT_EQ(moe->log->last(0).counts.sum().item<int64_t>(), 2 * 7 * 2);
 }
 
 // With every token on one expert, f = e_0 and the loss is E * P_0 with P_0 near 1: near E, its
@@ -194,9 +196,9 @@ TEST(Moe, CollapsedRoutingGivesBalanceLossNearE) {
   const Routing r = moe->route(x.reshape({-1, cfg.d_model}));
   EXPECT_TRUE(torch::equal(r.weights, torch::ones_like(r.weights)));
   moe(x);
-  EXPECT_EQ(moe->last.counts[0].item<int64_t>(), 15);
-  EXPECT_GT(moe->last.lb.item<double>(), 4.0 * (1.0 - 1e-12));
-  EXPECT_LE(moe->last.lb.item<double>(), 4.0 + 1e-12);
+  EXPECT_EQ(moe->log->last(0).counts[0].item<int64_t>(), 15);
+  EXPECT_GT(moe->log->last(0).lb.item<double>(), 4.0 * (1.0 - 1e-12));
+  EXPECT_LE(moe->log->last(0).lb.item<double>(), 4.0 + 1e-12);
 }
 
 // One expert, top-1, renormalised: the weight is p / p = 1, so the block's MLP is that expert,
@@ -342,6 +344,87 @@ TEST(Moe, ParameterNamesAndEvery) {
   EXPECT_EQ(model->moe[1].first, 2);
 }
 
+// The gradients the MoE layer injects for its aux losses (nn/aux_loss.h) equal those of the
+// formulation that adds them to the loss: loss_scale * (F + lb_w * lb / L + z_w * z / L), F a
+// function of the output, lb and z computed from the same routing by their definitions. Float64;
+// the two sides sum the router's gradient contributions in another order (here the aux
+// contribution reaches the router weight through a second matmul), so they agree to float64
+// rounding over sums of a few dozen terms: 1e-12 relative is a thousand times that, while a
+// wrong scale, weight or 1/L changes the aux share of the router gradient by O(1).
+TEST(Moe, InjectedAuxGradientsEqualTheAddedLossTerms) {
+  ModelConfig cfg = moe_config(Scheme::PreNorm, 4, 2, false);
+  torch::manual_seed(12);
+  Moe moe(cfg);
+  moe->to(torch::kDouble);
+  for (const auto& p : moe->parameters()) {
+    torch::NoGradGuard no_grad;
+    p.normal_(0.0, 0.5);
+  }
+  moe->lb_loss_weight = 0.5;
+  moe->z_loss_weight = 0.2;
+  moe->averaged_over = 3;
+  const double scale = 0.25;
+  const torch::Tensor x = torch::randn({3, 5, cfg.d_model}, torch::kDouble);
+  const torch::Tensor probe = 0.01 * torch::randn_like(x);  // small: the aux terms weigh in
+  const auto grads = [&](double injected_scale, bool added) {
+    moe->zero_grad();
+    moe->loss_scale = injected_scale;
+    const torch::Tensor xi = x.clone().requires_grad_(true);
+    torch::Tensor loss = (moe(xi) * probe).sum();
+    if (added) {
+      const torch::Tensor rows = xi.reshape({-1, cfg.d_model});
+      const Routing r = moe->route(rows);
+      const torch::Tensor f = torch::bincount(r.experts.reshape({-1}), {}, 4).to(torch::kDouble) /
+                              static_cast<double>(rows.size(0) * 2);
+      const torch::Tensor lb = 4.0 * (f * r.probs.mean(0)).sum();
+      const torch::Tensor z = torch::logsumexp(r.logits, -1).pow(2).mean();
+      loss = loss + 0.5 * (lb / 3.0) + 0.2 * (z / 3.0);
+    }
+    (loss * scale).backward();
+    std::vector<torch::Tensor> g{xi.grad()};
+    for (const auto& p : moe->parameters()) g.push_back(p.grad().clone());
+    return g;
+  };
+  const auto injected = grads(scale, false), added = grads(0.0, true), none = grads(0.0, false);
+  ASSERT_EQ(injected.size(), added.size());
+  for (size_t i = 0; i < injected.size(); ++i)
+    EXPECT_TRUE(test::close_per_element(injected[i], added[i], 1e-12, 1e-14)) << i;
+  // The check can fail: without the aux terms the router's gradient (index 1) is another.
+  EXPECT_GT(test::max_rel_error(none[1], added[1]), 1e-2);
+}
+
+// The router log keeps each MoE layer's latest routing; between begin_step and take_step it
+// also collects every pass (one record per layer), and take_step empties it: the next step
+// starts from nothing, and passes outside a step are not collected.
+TEST(Moe, RouterLogCollectsAStepsPassesAndEmpties) {
+  ModelConfig cfg = moe_config(Scheme::PreNorm, 4, 2, false);
+  torch::manual_seed(3);
+  DecoderLM model(cfg);
+  const torch::Tensor a = torch::randint(cfg.vocab_size, {2, 6}, torch::kLong);
+  const torch::Tensor b = torch::randint(cfg.vocab_size, {3, 4}, torch::kLong);
+  RouterLog& log = *model->router_log;
+  model->forward(a);  // outside a step
+  EXPECT_EQ(log.step_passes(), 0u);
+  EXPECT_EQ(log.last(1).counts.sum().item<int64_t>(), 2 * 6 * 2);
+  EXPECT_THROW(log.last(2), std::out_of_range);
+  log.begin_step();
+  model->forward(a);
+  model->forward(b);
+  EXPECT_EQ(log.step_passes(), 2u);
+  const auto step = log.take_step();
+  ASSERT_EQ(step.size(), 2u);
+  for (const auto& pass : step) ASSERT_EQ(pass.size(), 2u);
+  EXPECT_EQ(step[0][0].counts.sum().item<int64_t>(), 2 * 6 * 2);
+  EXPECT_EQ(step[1][1].counts.sum().item<int64_t>(), 3 * 4 * 2);
+  EXPECT_TRUE(torch::equal(step[1][0].counts, log.last(0).counts));
+  EXPECT_EQ(log.step_passes(), 0u);
+  model->forward(a);  // after the step: not collected
+  EXPECT_TRUE(log.take_step().empty());
+  log.begin_step();
+  model->forward(b);
+  EXPECT_EQ(log.take_step().size(), 1u);  // only this step's pass
+}
+
 // The model's loss adds the weighted aux losses, averaged over the MoE layers.
 TEST(Moe, LossAddsWeightedAuxLossesAveragedOverLayers) {
   ModelConfig cfg = moe_config(Scheme::PreNorm, 4, 2, false);
@@ -353,9 +436,9 @@ TEST(Moe, LossAddsWeightedAuxLossesAveragedOverLayers) {
   const torch::Tensor tokens = torch::randint(cfg.vocab_size, {2, 6}, torch::kLong);
   const LossOutput out = model->loss(tokens, tokens.roll(-1, 1));
   ASSERT_EQ(model->moe.size(), 2u);
-  const double lb =
-      (model->moe[0].second->last.lb + model->moe[1].second->last.lb).item<double>() / 2;
-  const double z = (model->moe[0].second->last.z + model->moe[1].second->last.z).item<double>() / 2;
+  const RouterLog& log = *model->router_log;
+  const double lb = (log.last(0).lb + log.last(1).lb).item<double>() / 2;
+  const double z = (log.last(0).z + log.last(1).z).item<double>() / 2;
   EXPECT_NEAR(out.lb.item<double>(), lb, 1e-15);
   EXPECT_NEAR(out.router_z.item<double>(), z, 1e-15);
   EXPECT_NEAR(out.loss.item<double>(), out.ce.item<double>() + 0.3 * lb + 0.7 * z, 1e-14);

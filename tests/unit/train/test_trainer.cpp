@@ -170,6 +170,19 @@ TEST_F(TrainerTest, MoeCheckpointInThePerExpertLayoutLoadsAndResumesExactly) {
 
   train(config(moe), options(b.path, /*resume=*/true));
   EXPECT_EQ(losses(a.path.string()), losses(b.path.string()));
+  // The routing numbers of every step too: the resumed run's router log starts empty at step 4,
+  // so these hold only if the uninterrupted run's log was emptied every step.
+  const auto routing = [](const std::string& run) {
+    std::vector<nlohmann::json> out;
+    std::istringstream in(read_file(run + "/metrics.jsonl"));
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      out.push_back({j.at("moe_lb_loss"), j.at("moe_router_z_loss"), j.at("moe_router_entropy"),
+                     j.at("moe_max_expert_share"), j.at("moe_idle_experts")});
+    }
+    return out;
+  };
+  EXPECT_EQ(routing(a.path.string()), routing(b.path.string()));
   const Checkpoint ca = checkpoint_load(a / "checkpoints/step-00000008");
   const Checkpoint cb = checkpoint_load(b / "checkpoints/step-00000008");
   for (const auto& [name, t] : ca.model) EXPECT_TRUE(torch::equal(t, cb.model.at(name))) << name;
