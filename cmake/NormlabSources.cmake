@@ -38,8 +38,10 @@ set(NORMLAB_SOURCES
   eval/tasks.cpp
   nn/activation_checkpointing.cpp
   nn/add_rms_norm.cpp
+  nn/aux_loss.cpp
   nn/attention.cpp
   nn/fused.cpp
+  nn/experts.cpp
   nn/init.cpp
   nn/kv_cache.cpp
   nn/linear.cpp
@@ -51,6 +53,7 @@ set(NORMLAB_SOURCES
   nn/norm.cpp
   nn/parameter_roles.cpp
   nn/rope.cpp
+  nn/router_log.cpp
   nn/scheme.cpp
   nn/schemes/common.cpp
   nn/schemes/deep_norm.cpp

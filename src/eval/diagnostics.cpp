@@ -14,11 +14,21 @@ namespace normlab {
 namespace {
 
 // Restores the model's training mode on scope exit.
+// Eval mode, and the MoE aux losses left out of the gradients (scale 0): the diagnostics'
+// gradients are the cross-entropy's.
 struct EvalModeGuard {
-  explicit EvalModeGuard(DecoderLMImpl& m) : model(m), was_training(m.is_training()) { m.eval(); }
-  ~EvalModeGuard() { model.train(was_training); }
+  explicit EvalModeGuard(DecoderLMImpl& m)
+      : model(m), was_training(m.is_training()), moe_scale(m.moe_loss_scale()) {
+    m.eval();
+    m.set_moe_loss_scale(0.0);
+  }
+  ~EvalModeGuard() {
+    model.train(was_training);
+    model.set_moe_loss_scale(moe_scale);
+  }
   DecoderLMImpl& model;
   bool was_training;
+  double moe_scale;
 };
 
 double mean_gain(const torch::Tensor& g) {
@@ -222,13 +232,15 @@ DiagnosticsReport run_diagnostics(DecoderLMImpl& model, const torch::Tensor& inp
   const torch::Tensor logits = torch::matmul(z, model.head_weight().t());
   const torch::Tensor loss = ce(logits, targets);
   r.loss = loss.item<double>();
-  for (const auto& [layer, moe] : model.moe) {  // the routing of this forward (moe.h)
-    const torch::Tensor c = moe->last.counts.to(torch::kCPU, torch::kDouble);
+  for (size_t i = 0; i < model.moe.size(); ++i) {  // the routing of this forward (router_log.h)
+    const int64_t layer = model.moe[i].first;
+    const RouterStats& stats = model.router_log->last(static_cast<int64_t>(i));
+    const torch::Tensor c = stats.counts.to(torch::kCPU, torch::kDouble);
     const torch::Tensor share = c / c.sum();
     r.routing.push_back(
         {layer,
          std::vector<double>(share.data_ptr<double>(), share.data_ptr<double>() + share.numel()),
-         moe->last.entropy.item<double>(), c.eq(0).sum().item<int64_t>()});
+         stats.entropy.item<double>(), c.eq(0).sum().item<int64_t>()});
   }
   const bool twin = !ys.empty();
   StreamList streams = {{"x", &xs}};

@@ -49,8 +49,7 @@ ParamCounts count_parameters(const ModelConfig& cfg) {
   }
   c.active = c.total;
   for (const auto& [layer, moe] : model->moe) {
-    int64_t expert = 0;
-    for (const auto& p : moe->experts.at(0)->parameters()) expert += p.numel();
+    const int64_t expert = (moe->experts->up.numel() + moe->experts->down.numel()) / moe->n_experts;
     c.active -= (moe->n_experts - moe->top_k) * expert;
   }
   ModelConfig base = cfg;

@@ -4,7 +4,6 @@
 #include <torch/torch.h>
 
 #include "normlab/nn/autocast.h"
-#include "normlab/nn/moe.h"
 
 namespace normlab {
 namespace {
@@ -21,10 +20,6 @@ struct ActivationCheckpointFunction : torch::autograd::Function<ActivationCheckp
     const Streams out = b->forward({ins[0], ins.size() > 1 ? ins[1] : torch::Tensor()});
     torch::autograd::variable_list outs{out.x};
     if (out.y.defined()) outs.push_back(out.y);
-    for (MoeImpl* m : moe_layers(*b)) {  // the routers' aux losses, as outputs with gradients
-      outs.push_back(m->last.lb);
-      outs.push_back(m->last.z);
-    }
     return outs;
   }
 
@@ -42,10 +37,6 @@ struct ActivationCheckpointFunction : torch::autograd::Function<ActivationCheckp
       const Streams out = b->forward({ins[0], ins.size() > 1 ? ins[1] : torch::Tensor()});
       std::vector<torch::Tensor> o{out.x};
       if (out.y.defined()) o.push_back(out.y);
-      for (MoeImpl* m : moe_layers(*b)) {
-        o.push_back(m->last.lb);
-        o.push_back(m->last.z);
-      }
       for (size_t i = 0; i < grads.size() && i < o.size(); ++i)
         if (o[i].defined() && o[i].requires_grad() && grads[i].defined()) {
           outs.push_back(o[i]);
@@ -68,16 +59,7 @@ Streams activation_checkpointed_forward(SchemeBlockImpl& block, const Streams& i
   if (in.y.defined()) ins.push_back(in.y);
   const auto outs = ActivationCheckpointFunction::apply(
       at::TensorList(ins), static_cast<int64_t>(reinterpret_cast<intptr_t>(&block)));
-  // The MoE layers' aux losses were computed without gradients inside the function: theirs are
-  // its extra outputs, after the streams, two per layer.
-  const std::vector<MoeImpl*> layers = moe_layers(block);
-  const size_t streams = outs.size() - 2 * layers.size();
-  size_t i = streams;
-  for (MoeImpl* m : layers) {
-    m->last.lb = outs[i++];
-    m->last.z = outs[i++];
-  }
-  return {outs[0], streams > 1 ? outs[1] : torch::Tensor()};
+  return {outs[0], outs.size() > 1 ? outs[1] : torch::Tensor()};
 }
 
 }  // namespace normlab

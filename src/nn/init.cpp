@@ -59,9 +59,12 @@ void init_branches(const ModelConfig& cfg, int64_t layer, AttentionImpl& attn, M
   trunc_normal_(attn.qkv->weight, s.qkv);
   trunc_normal_(attn.out->weight, s.attn_out);
   trunc_normal_(moe.router->weight, s.mlp_up);
-  for (auto& e : moe.experts) {
-    trunc_normal_(e->up->weight, s.mlp_up);
-    trunc_normal_(e->down->weight, s.mlp_down);
+  // Expert by expert, up then down, as when each expert was its own Mlp: a seed draws the
+  // same weights in the stacked layout.
+  torch::NoGradGuard no_grad;
+  for (int64_t e = 0; e < moe.n_experts; ++e) {
+    trunc_normal_(moe.experts->up[e], s.mlp_up);
+    trunc_normal_(moe.experts->down[e], s.mlp_down);
   }
 }
 

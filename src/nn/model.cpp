@@ -19,6 +19,11 @@ DecoderLMImpl::DecoderLMImpl(const ModelConfig& cfg, torch::Device device) : con
   for (const auto& b : scheme_blocks) blocks->push_back(b);
   for (size_t l = 0; l < scheme_blocks.size(); ++l)
     for (MoeImpl* m : moe_layers(*scheme_blocks[l])) moe.emplace_back(static_cast<int64_t>(l), m);
+  router_log = std::make_shared<RouterLog>();
+  for (size_t i = 0; i < moe.size(); ++i) {
+    moe[i].second->log = router_log;
+    moe[i].second->index = static_cast<int64_t>(i);
+  }
 
   if (!cfg.tie_embeddings) {
     head = register_module("head", Linear(cfg.d_model, cfg.vocab_size, device));
@@ -92,17 +97,20 @@ LossOutput DecoderLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor&
   return out;
 }
 
-// The aux losses of the forward just run (each MoE layer keeps its router's, moe.h), averaged
-// over the MoE layers.
+void DecoderLMImpl::set_moe_loss_scale(double scale) {
+  moe_loss_scale_ = scale;
+  for (const auto& [layer, m] : moe) m->loss_scale = scale;
+}
+
+// The values of the aux losses of the forward just run, averaged over the MoE layers (from the
+// router log, without gradient: the MoE layers inject their gradients themselves, moe.h).
 void DecoderLMImpl::add_moe_losses(LossOutput& out) const {
   if (moe.empty()) return;
-  for (const auto& [layer, m] : moe) {
-    out.lb = out.lb.defined() ? out.lb + m->last.lb : m->last.lb;
-    out.router_z = out.router_z.defined() ? out.router_z + m->last.z : m->last.z;
-  }
-  const double n = static_cast<double>(moe.size());
-  out.lb = out.lb / n;
-  out.router_z = out.router_z / n;
+  std::vector<RouterStats> pass;
+  for (size_t i = 0; i < moe.size(); ++i) pass.push_back(router_log->last(static_cast<int64_t>(i)));
+  const RouterStats mean = mean_over_layers(pass);
+  out.lb = mean.lb;
+  out.router_z = mean.z;
   out.loss =
       out.loss + config.moe.lb_loss_weight * out.lb + config.moe.z_loss_weight * out.router_z;
 }

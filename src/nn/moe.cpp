@@ -6,18 +6,11 @@
 #include <sstream>
 
 #include "normlab/nn/autocast.h"
+#include "normlab/nn/aux_loss.h"
 #include "normlab/util/error.h"
 
 namespace normlab {
 namespace {
-
-// One expert's SwiGLU on its rows through ATen's GEMM (BLAS on CPU, cuBLAS on CUDA), not the
-// oneDNN path of fused::linear: a slice's row count changes from step to step, and oneDNN builds
-// a kernel per shape (measured: the MoE step about 3x slower that way, docs/performance-cpu.md).
-torch::Tensor run_expert(MlpImpl& m, const torch::Tensor& rows) {
-  const std::vector<torch::Tensor> vg = torch::linear(rows, m.up->weight).chunk(2, -1);
-  return torch::linear(torch::silu(vg[1]) * vg[0], m.down->weight);
-}
 
 // The N*k assignments (a = token * k + j) sorted by expert: the sorted expert ids, the order
 // (assignment ids) and each one's token. Stable, so that within an expert the rows keep token
@@ -128,13 +121,13 @@ MoeImpl::MoeImpl(const ModelConfig& cfg, torch::Device device)
     : n_experts(cfg.moe.n_experts),
       top_k(cfg.moe.top_k),
       renormalize(cfg.moe.renormalize),
-      dispatch(cfg.moe.dispatch) {
+      dispatch(cfg.moe.dispatch),
+      lb_loss_weight(cfg.moe.lb_loss_weight),
+      z_loss_weight(cfg.moe.z_loss_weight),
+      averaged_over(0) {
+  for (int64_t l = 0; l < cfg.n_layers; ++l) averaged_over += cfg.is_moe_layer(l) ? 1 : 0;
   router = register_module("router", Linear(cfg.d_model, n_experts, device));
-  expert_list = register_module("experts", torch::nn::ModuleList());
-  for (int64_t e = 0; e < n_experts; ++e) {
-    experts.push_back(Mlp(cfg.d_model, cfg.expert_width(), device));
-    expert_list->push_back(experts.back());
-  }
+  experts = register_module("experts", Experts(n_experts, cfg.d_model, cfg.expert_width(), device));
 }
 
 Routing MoeImpl::route(const torch::Tensor& rows) {
@@ -159,37 +152,40 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
   const Routing r = route(rows);
   const int64_t N = rows.size(0);
 
-  last.counts = torch::bincount(r.experts.reshape({-1}), {}, n_experts);
-  const torch::Tensor f = last.counts.to(r.probs.scalar_type()) / static_cast<double>(N * top_k);
-  last.lb = static_cast<double>(n_experts) * (f * r.probs.mean(0)).sum();
-  last.z = torch::logsumexp(r.logits, -1).pow(2).mean();
+  const torch::Tensor counts = torch::bincount(r.experts.reshape({-1}), {}, n_experts);
+  const torch::Tensor f = counts.to(r.probs.scalar_type()) / static_cast<double>(N * top_k);
+  const torch::Tensor lb = static_cast<double>(n_experts) * (f * r.probs.mean(0)).sum();
+  const torch::Tensor z = torch::logsumexp(r.logits, -1).pow(2).mean();
   {
     torch::NoGradGuard no_grad;
-    last.entropy = -(r.probs * r.probs.clamp_min(1e-30).log()).sum(-1).mean();
+    const torch::Tensor entropy = -(r.probs * r.probs.clamp_min(1e-30).log()).sum(-1).mean();
+    log->record(index, {lb.detach(), z.detach(), counts, entropy});
   }
 
   torch::Tensor y;
   if (use_grouped(rows)) {
     const torch::ScalarType dtype = compute_dtype(rows);
-    std::vector<torch::Tensor> up, down;
-    for (const Mlp& m : experts) {
-      up.push_back(m->up->weight);
-      down.push_back(m->down->weight);
-    }
-    y = dispatch_grouped(rows.to(dtype), r.experts, r.weights, torch::stack(up).to(dtype),
-                         torch::stack(down).to(dtype));
+    y = dispatch_grouped(rows.to(dtype), r.experts, r.weights, experts->up.to(dtype),
+                         experts->down.to(dtype));
   } else {
+    // One view per expert, taken once: their gradients come back as one (E, ...) tensor.
+    const std::vector<torch::Tensor> up = experts->up.unbind(0), down = experts->down.unbind(0);
     y = dispatch_sorted(
-        rows, r.experts, r.weights, n_experts,
-        [this](int64_t e, const torch::Tensor& in) { return run_expert(*experts[e], in); });
+        rows, r.experts, r.weights, n_experts, [&](int64_t e, const torch::Tensor& in) {
+          return swiglu_expert(in, up[static_cast<size_t>(e)], down[static_cast<size_t>(e)]);
+        });
   }
+  if (torch::GradMode::is_enabled() && lb.requires_grad())  // the aux losses' gradients
+    y = with_aux_gradients(y, {lb, z},
+                           {aux_loss_gradient(lb, loss_scale, lb_loss_weight, averaged_over),
+                            aux_loss_gradient(z, loss_scale, z_loss_weight, averaged_over)});
   return y.view(x.sizes());
 }
 
 bool MoeImpl::use_grouped(const torch::Tensor& rows) const {
   if (dispatch == MoeDispatch::Loop) return false;
   const torch::ScalarType dtype = compute_dtype(rows);
-  const int64_t C = rows.size(1), h = experts[0]->down->weight.size(1);
+  const int64_t C = rows.size(1), h = experts->width();
   const bool fits = grouped_gemm_fits(dtype, C, h);
   if (dispatch == MoeDispatch::Auto) return fits && rows.is_cuda();
   if (!fits) {
@@ -204,8 +200,8 @@ bool MoeImpl::use_grouped(const torch::Tensor& rows) const {
 }
 
 void MoeImpl::pretty_print(std::ostream& stream) const {
-  stream << "normlab::Moe(" << n_experts << " experts of " << experts[0]->down->weight.size(1)
-         << ", top-" << top_k << (renormalize ? ", renormalized" : "") << ", dropless)";
+  stream << "normlab::Moe(" << n_experts << " experts of " << experts->width() << ", top-" << top_k
+         << (renormalize ? ", renormalized" : "") << ", dropless)";
 }
 
 std::vector<MoeImpl*> moe_layers(torch::nn::Module& m) {

@@ -3,6 +3,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "normlab/nn/experts.h"
 #include "normlab/nn/linear.h"
 #include "normlab/nn/norm.h"
 
@@ -14,6 +15,7 @@ std::map<std::string, ParamRole> parameter_roles(const torch::nn::Module& model)
     const torch::nn::Module& mod = *m.value();
     ParamRole role = ParamRole::Scheme;
     if (dynamic_cast<const LinearImpl*>(&mod)) role = ParamRole::Matmul;
+    if (dynamic_cast<const ExpertsImpl*>(&mod)) role = ParamRole::Matmul;
     if (dynamic_cast<const EmbeddingImpl*>(&mod)) role = ParamRole::Embedding;
     if (dynamic_cast<const NormImpl*>(&mod)) role = ParamRole::Norm;
     for (const auto& p : mod.named_parameters(/*recurse=*/false))

@@ -1,4 +1,6 @@
 #include "normlab/nn/weights.h"
+
+#include "normlab/nn/experts.h"
 #include "normlab/util/error.h"
 
 #include <torch/torch.h>
@@ -15,7 +17,8 @@ TensorDict weights_of(const torch::nn::Module& module) {
   return out;
 }
 
-void load_weights(torch::nn::Module& module, const TensorDict& weights, const std::string& what) {
+void load_weights(torch::nn::Module& module, const TensorDict& source, const std::string& what) {
+  const TensorDict weights = stack_legacy_experts(source);
   auto params = module.named_parameters(/*recurse=*/true);
   std::ostringstream problems;
   int n_problems = 0;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "normlab/nn/experts.h"
 #include "normlab/util/file_io.h"
 
 namespace normlab {
@@ -359,9 +360,9 @@ Checkpoint checkpoint_load(const std::string& dir, int64_t rank) {
   const nlohmann::json state = read_state_json(dir);
   const Digests files = listed_files(state, dir);
   c.world = world_of(state, dir);
-  if (c.world == 1) {
-    c.model = load_checked(dir, "model.safetensors", files).tensors;
-    c.optimizer = load_checked(dir, "optimizer.safetensors", files).tensors;
+  if (c.world == 1) {  // per-expert MoE weights and moments are stacked (experts.h)
+    c.model = stack_legacy_experts(load_checked(dir, "model.safetensors", files).tensors);
+    c.optimizer = stack_legacy_experts(load_checked(dir, "optimizer.safetensors", files).tensors);
   } else {
     if (rank < 0 || rank >= c.world)
       throw CheckpointError(dir + " was written by " + std::to_string(c.world) +
@@ -416,7 +417,7 @@ TensorDict checkpoint_load_model(const std::string& dir) {
   if (world_of(state, dir) > 1) return checkpoint_consolidate(dir).model;
   const Digests files = listed_files(state, dir);
   open_checked(dir, "config.yaml", files);
-  return load_checked(dir, "model.safetensors", files).tensors;
+  return stack_legacy_experts(load_checked(dir, "model.safetensors", files).tensors);
 }
 
 Checkpoint checkpoint_consolidate(const std::string& dir) {
@@ -465,6 +466,8 @@ Checkpoint checkpoint_consolidate(const std::string& dir) {
       else
         out.optimizer[key] = t;
     }
+  out.model = stack_legacy_experts(std::move(out.model));
+  out.optimizer = stack_legacy_experts(std::move(out.optimizer));
   return out;
 }
 

@@ -20,16 +20,22 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The experts of one MoE MLP, `rest` being the name below blocks.<l>.mlp. (experts.<e>.up.weight
-// or experts.<e>.down.weight); `hf` the Hugging Face prefix model.layers.<l>.mlp. -- the one
-// place that knows how normlab stores experts.
-std::vector<std::string> hf_expert_sources(const std::string& rest, const std::string& hf) {
-  static const std::regex expert(R"(experts\.([0-9]+)\.(up|down)\.weight)");
-  std::smatch m;
-  if (!std::regex_match(rest, m, expert)) return {};
-  const std::string e = hf + "experts." + m[1].str() + ".";
-  if (m[2] == "up") return {e + "up_proj.weight", e + "gate_proj.weight"};
-  return {e + "down_proj.weight"};
+// The experts of one MoE MLP, `rest` being the name below blocks.<l>.mlp. (experts.up, stacked
+// (E, 2 d_expert, C), or experts.down, (E, C, d_expert)); `hf` the Hugging Face prefix
+// model.layers.<l>.mlp., whose experts are one module each -- the one place that knows how
+// normlab stores experts. Expert by expert, up's value half (up_proj) before its gate.
+std::vector<std::string> hf_expert_sources(const std::string& rest, const std::string& hf,
+                                           int64_t n_experts) {
+  if (rest != "experts.up" && rest != "experts.down") return {};
+  std::vector<std::string> out;
+  for (int64_t e = 0; e < n_experts; ++e) {
+    const std::string x = hf + "experts." + std::to_string(e) + ".";
+    if (rest == "experts.up")
+      out.insert(out.end(), {x + "up_proj.weight", x + "gate_proj.weight"});
+    else
+      out.push_back(x + "down_proj.weight");
+  }
+  return out;
 }
 
 // normlab name inside block l -> the Hugging Face names (below model.layers.<l>.).
@@ -104,7 +110,7 @@ bool hf_tied_copy(const TensorDict& hf, const std::string& name, const ModelConf
 
 }  // namespace
 
-std::vector<std::string> hf_sources(const std::string& name) {
+std::vector<std::string> hf_sources(const std::string& name, const ModelConfig& cfg) {
   if (name == "embed.weight") return {"model.embed_tokens.weight"};
   if (name == "head.weight") return {"lm_head.weight"};
   if (name == "final_norm.weight") return {"model.norm.weight"};
@@ -120,7 +126,8 @@ std::vector<std::string> hf_sources(const std::string& name) {
     }
     const std::string rest = m[2].str();
     if (rest.rfind("mlp.", 0) == 0) {
-      std::vector<std::string> out = hf_expert_sources(rest.substr(4), hf + "mlp.");
+      std::vector<std::string> out =
+          hf_expert_sources(rest.substr(4), hf + "mlp.", cfg.moe.n_experts);
       if (!out.empty()) return out;
     }
   }
@@ -168,7 +175,7 @@ TensorDict hf_to_normlab(const TensorDict& hf, const ModelConfig& cfg, const std
   std::vector<std::string> missing, shapes;
   TensorDict out;
   for (const auto& p : model->named_parameters()) {
-    const std::vector<std::string> sources = hf_sources(p.key());
+    const std::vector<std::string> sources = hf_sources(p.key(), cfg);
     std::vector<torch::Tensor> parts;
     for (const std::string& s : sources) {
       const auto it = hf.find(s);

@@ -43,14 +43,45 @@ EvalResult combine(EvalResult r, Communicator& comm) {
 
 }  // namespace
 
-// The micro-batches of step s, gradients accumulated with weight 1/micro-steps; returns the
-// mean cross-entropy over the global batch (over every rank), and sets m's MoE aux losses.
+// The step's MoE routing, from the router log's passes (one per micro-batch): m's aux losses
+// (unweighted, the mean over micro-batches of each one's mean over layers, averaged over ranks),
+// the router entropy, and from the assignments per (layer, expert) over the global batch the
+// largest share of one layer's assignments and the idle (layer, expert) pairs.
+void Trainer::Impl::log_routing(const std::vector<std::vector<RouterStats>>& passes, double scale,
+                                StepMetrics& m_out) {
+  if (passes.empty()) return;
+  torch::Tensor aux_sum = torch::zeros({3}, torch::kDouble);  // lb, router z, entropy
+  torch::Tensor routed;                                       // (layers, E)
+  for (const auto& pass : passes) {
+    const RouterStats mean = mean_over_layers(pass);
+    aux_sum.add_(torch::stack({mean.lb, mean.z, mean.entropy.to(mean.lb.scalar_type())})
+                     .to(torch::kCPU, torch::kDouble),
+                 scale);
+    const torch::Tensor c = mean.counts.to(torch::kCPU, torch::kDouble);
+    routed = routed.defined() ? routed + c : c;
+  }
+  torch::Tensor aux = torch::cat({aux_sum, routed.reshape({-1})});
+  if (sharded) {
+    comm.all_reduce(aux, ReduceOp::Sum);
+    aux.narrow(0, 0, 3).div_(static_cast<double>(world));
+  }
+  m_out.moe_lb = aux[0].item<double>();
+  m_out.moe_router_z = aux[1].item<double>();
+  m_out.moe_router_entropy = aux[2].item<double>();
+  const torch::Tensor r = aux.narrow(0, 3, routed.numel()).view(routed.sizes());
+  m_out.moe_idle_experts = (r == 0).sum().item<int64_t>();
+  m_out.moe_max_expert_share = (r / r.sum(1, /*keepdim=*/true)).max().item<double>();
+}
+
+// The micro-batches of step s, gradients accumulated with weight 1/micro-steps (the MoE layers'
+// aux-loss gradients too: the model's MoE loss scale); returns the mean cross-entropy over the
+// global batch (over every rank), and sets m's MoE routing numbers from the step's router log.
 double Trainer::Impl::accumulate(int64_t s, StepMetrics& m_out) {
   torch::Tensor loss_sum =
       torch::zeros({}, torch::TensorOptions().device(device).dtype(torch::kDouble));
-  torch::Tensor aux_sum = torch::zeros({3}, loss_sum.options());  // MoE: lb, router z, entropy
-  torch::Tensor routed;  // MoE: (layers, E) assignments of the step
   const double scale = 1.0 / static_cast<double>(loader->micro_steps());
+  model->set_moe_loss_scale(scale);
+  model->router_log->begin_step();  // whatever evaluation or diagnostics routed is dropped
   note_data_epochs(s);
   for (int64_t m = 0; m < loader->micro_steps(); ++m) {
     const Batch b = loader->batch(s, m);
@@ -61,19 +92,6 @@ double Trainer::Impl::accumulate(int64_t s, StepMetrics& m_out) {
                         b.targets.to(device, /*non_blocking=*/true), cfg.train.z_loss, nullptr,
                         cfg.train.loss_chunk_rows);
     }
-    if (out.lb.defined()) {  // read before backward (a checkpointed block recomputes them)
-      std::vector<torch::Tensor> counts, entropy;
-      for (const auto& [layer, moe] : model->moe) {
-        counts.push_back(moe->last.counts);
-        entropy.push_back(moe->last.entropy);
-      }
-      aux_sum.add_(torch::stack({out.lb.detach(), out.router_z.detach(),
-                                 torch::stack(entropy).mean().to(out.lb.scalar_type())})
-                       .to(torch::kDouble),
-                   scale);
-      const torch::Tensor c = torch::stack(counts).to(torch::kDouble);
-      routed = routed.defined() ? routed + c : c;
-    }
     // distributed.reduce per_step: the gradient is reduced over ranks in the last micro-step.
     if (fsdp)
       fsdp->set_gradient_sync(cfg.distributed.reduce == GradientReduce::PerMicroStep ||
@@ -82,19 +100,7 @@ double Trainer::Impl::accumulate(int64_t s, StepMetrics& m_out) {
     if (fsdp) fsdp->finish_backward();
     loss_sum.add_(out.ce.detach().to(torch::kDouble), scale);
   }
-  if (routed.defined()) {
-    torch::Tensor aux = torch::cat({aux_sum, routed.reshape({-1})}).to(torch::kCPU);
-    if (sharded) {
-      comm.all_reduce(aux, ReduceOp::Sum);
-      aux.narrow(0, 0, 3).div_(static_cast<double>(world));
-    }
-    m_out.moe_lb = aux[0].item<double>();
-    m_out.moe_router_z = aux[1].item<double>();
-    m_out.moe_router_entropy = aux[2].item<double>();
-    const torch::Tensor r = aux.narrow(0, 3, routed.numel()).view(routed.sizes());
-    m_out.moe_idle_experts = (r == 0).sum().item<int64_t>();
-    m_out.moe_max_expert_share = (r / r.sum(1, /*keepdim=*/true)).max().item<double>();
-  }
+  log_routing(model->router_log->take_step(), scale, m_out);
   return sharded ? comm.sum(loss_sum.item<double>()) / static_cast<double>(world)
                  : loss_sum.item<double>();
 }

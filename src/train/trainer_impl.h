@@ -63,6 +63,8 @@ struct Trainer::Impl {
 
   StepMetrics step();
   double accumulate(int64_t s, StepMetrics& m);
+  void log_routing(const std::vector<std::vector<RouterStats>>& passes, double scale,
+                   StepMetrics& m);
   EvalReport evaluate();
   void add_evaluation(int64_t step, nlohmann::json& line);
   void diagnose(int64_t completed, nlohmann::json& line);

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "normlab/config/config_io.h"
+#include "normlab/nn/experts.h"
 #include "normlab/nn/weights.h"
 #include "train/trainer_impl.h"
 
@@ -86,6 +87,13 @@ void Trainer::Impl::restore(const Checkpoint& ck) {
     fsdp->load_full(ck.model, ck.path);
     opt->load_state(fsdp->slice_state(ck.optimizer));
   } else {
+    if (has_legacy_experts(ck.model))
+      throw CheckpointError(ck.path +
+                            " holds MoE experts one by one (experts.<e>.up.weight, the layout "
+                            "before they were stacked) in sharded pieces: join them with "
+                            "`normlab checkpoint consolidate --checkpoint " +
+                            ck.path +
+                            " --out NEW_RUN_DIR`, which stacks them, then resume NEW_RUN_DIR");
     torch::NoGradGuard no_grad;
     for (const ShardPiece& p : fsdp->pieces()) {
       const auto it = ck.model.find(p.name);

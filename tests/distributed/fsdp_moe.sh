@@ -4,8 +4,8 @@
 # shards) give the same cross-entropy and the same load-balancing loss at every step, within the
 # dense FSDP test's 1e-5 relative (tests/distributed/fsdp.sh: sums over the batch run in another
 # order on W ranks, float32); so do W = 2 with activation checkpointing of every block and W = 2
-# with the grouped dispatch (model.moe.dispatch = grouped: the experts' weights, gathered per
-# unit, stacked for the grouped GEMMs).
+# with the grouped dispatch (model.moe.dispatch = grouped: the experts' stacked weights,
+# gathered per unit, go to the grouped GEMMs as they are).
 # Routing is discrete: a token whose top-2 is decided by a margin below that rounding would
 # change experts and move the loss by far more, which these runs do not show.
 # Usage: fsdp_moe.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR (run by CTest, label dist)

@@ -8,7 +8,7 @@ descriptions, not from the C++: in an MoE block the MLP branch becomes
     p      = softmax(logits) over all E experts
     S(x)   = the top_k experts of p            token choice; dropless: every assignment runs
     w_e    = p_e, or p_e / sum_{S(x)} p         (renormalize)
-    y      = sum_{e in S(x)} w_e * SwiGLU_e(x)  expert e: experts.<e>.up / .down, width d_expert
+    y      = sum_{e in S(x)} w_e * SwiGLU_e(x)  expert e: experts.up[e] / experts.down[e]
 
 and the training loss adds, averaged over the MoE layers,
 
@@ -19,7 +19,9 @@ and the training loss adds, averaged over the MoE layers,
 The experts run here as a loop over experts, each on the tokens that chose it (found with
 torch.where), the way the Hugging Face OLMoE block does it. Everything else (attention, norms,
 the schemes' update rules) is normlab_ref's, with its `mlp` replaced by the MoE one in the MoE
-blocks (blocks 0, every, 2 every, ...).
+blocks (blocks 0, every, 2 every, ...). The experts' weights are stacked, as in normlab:
+experts.up (E, 2 d_expert, d) and experts.down (E, d, d_expert); expert e is SwiGLU with
+up.weight = experts.up[e] and down.weight = experts.down[e].
 
     python tests/reference/moe_ref.py --out tests/data/golden_moe     # write the goldens
 
@@ -74,7 +76,7 @@ def is_moe_block(cfg, l):
 
 def param_shapes(cfg):
     """normlab_ref's names with each MoE block's mlp.up / mlp.down replaced by the router and
-    the experts."""
+    the experts (stacked: experts.up (E, 2 d_expert, d), experts.down (E, d, d_expert))."""
     d, de, E = cfg["d_model"], cfg["moe_d_expert"], cfg["moe_n_experts"]
     shapes = {}
     for name, shape in ref.param_shapes(cfg).items():
@@ -82,9 +84,8 @@ def param_shapes(cfg):
         if parts[0] == "blocks" and parts[2:] == ["mlp", "up", "weight"] and is_moe_block(cfg, int(parts[1])):
             b = f"blocks.{parts[1]}.mlp"
             shapes[f"{b}.router.weight"] = (E, d)
-            for e in range(E):
-                shapes[f"{b}.experts.{e}.up.weight"] = (2 * de, d)
-                shapes[f"{b}.experts.{e}.down.weight"] = (d, de)
+            shapes[f"{b}.experts.up"] = (E, 2 * de, d)
+            shapes[f"{b}.experts.down"] = (E, d, de)
         elif parts[0] == "blocks" and parts[2:] == ["mlp", "down", "weight"] and is_moe_block(cfg, int(parts[1])):
             continue
         else:
@@ -92,12 +93,25 @@ def param_shapes(cfg):
     return shapes
 
 
+def draw(seed, name):
+    return torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+
+
 def init_params(cfg, seed, dtype=torch.float32):
     """normlab_ref.init_params' rule on these names: a generator per (seed, name); matrices
-    normal with std 1/sqrt(fan_in) (the embedding std 1, untied), gains uniform in [0.5, 1.5]."""
+    normal with std 1/sqrt(fan_in) (the embedding std 1, untied), gains uniform in [0.5, 1.5].
+    A stacked expert tensor is drawn expert by expert, each under its per-expert name
+    (experts.<e>.up.weight, ...), so the goldens hold the same numbers as before the stacking."""
     params = {}
     for name, shape in param_shapes(cfg).items():
-        g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+        if name.endswith((".experts.up", ".experts.down")):
+            base, which = name.rsplit(".", 1)
+            params[name] = torch.stack([
+                (torch.randn(shape[1:], generator=draw(seed, f"{base}.{e}.{which}.weight"),
+                             dtype=torch.float64) / math.sqrt(shape[2])).to(torch.float32)
+                for e in range(shape[0])]).to(dtype)
+            continue
+        g = draw(seed, name)
         if len(shape) == 1:
             t = 0.5 + torch.rand(shape, generator=g, dtype=torch.float64)
         elif name == "embed.weight" and not cfg["tie_embeddings"]:
@@ -121,11 +135,13 @@ def moe_mlp(P, prefix, x, cfg, aux):
     if cfg["moe_renormalize"]:
         w = w / w.sum(dim=-1, keepdim=True)
     y = torch.zeros_like(h)
+    up, down = P[f"{prefix}.experts.up"], P[f"{prefix}.experts.down"]
     for e in range(E):
         token, slot = torch.where(chosen == e)
         if token.numel() == 0:
             continue
-        out = ref.mlp(P, f"{prefix}.experts.{e}", h[token], expert_cfg)
+        out = ref.mlp({"expert.up.weight": up[e], "expert.down.weight": down[e]}, "expert",
+                      h[token], expert_cfg)
         y = y.index_add(0, token, out * w[token, slot].unsqueeze(-1))
     counts = F.one_hot(chosen, E).sum(dim=(0, 1))
     f = counts.to(p.dtype) / (N * k)

@@ -5,8 +5,9 @@
 // backward pass. Reentrant, as torch.utils.checkpoint(use_reentrant=True): the parameters'
 // gradients are accumulated by an inner backward, so the FSDP layer's gradient hooks (fsdp.h)
 // fire there as usual. The blocks draw no random numbers (no dropout), so no RNG state is kept.
-// A block's MoE layers (moe.h) hand their aux losses out as extra outputs of the checkpointed
-// function, so that the load-balancing and router z-loss gradients reach the router too.
+// Nothing here knows about the layers inside a block: an MoE layer's aux losses reach its
+// router through the backward of the layer's output (nn/aux_loss.h), which the recompute runs
+// like any other, and its routing is logged by the first forward only (nn/router_log.h).
 #pragma once
 
 #include "normlab/nn/block.h"

@@ -17,17 +17,20 @@
 #include "normlab/nn/linear.h"
 #include "normlab/nn/model_config.h"
 #include "normlab/nn/moe.h"
+#include "normlab/nn/router_log.h"
 #include "normlab/nn/streams.h"
 
 namespace normlab {
 
 struct LossOutput {
   torch::Tensor loss;      // () cross-entropy + weighted aux terms: what backward() is called on
+                           // (the aux terms' gradients come from the MoE layers, moe.h)
   torch::Tensor ce;        // () mean cross-entropy
   torch::Tensor z;         // () mean logsumexp^2 (unweighted); only when z_loss > 0
   torch::Tensor logits;    // (B, T, V); undefined from the chunked loss
-  torch::Tensor lb;        // () MoE load-balancing loss, mean over MoE layers (unweighted)
-  torch::Tensor router_z;  // () MoE router z-loss, mean over MoE layers (unweighted)
+  torch::Tensor lb;        // () MoE load-balancing loss, mean over MoE layers (unweighted,
+                           // no gradient)
+  torch::Tensor router_z;  // () MoE router z-loss, mean over MoE layers (unweighted, no gradient)
 };
 
 /// A layer applied to a built model (FSDP, fsdp.h) sees its forward pass through these: before
@@ -61,12 +64,19 @@ class DecoderLMImpl : public torch::nn::Module {
   /// Logits and the mean next-token loss against `targets` (B, T); z_loss weights
   /// mean(logsumexp(logits)^2). Cross-entropy is computed in fp32. chunk_rows > 0: the loss
   /// through linear_cross_entropy (loss.h) in chunks of that many rows, without logits. With
-  /// MoE layers the loss adds model.moe's lb_loss_weight * lb + z_loss_weight * router_z.
+  /// MoE layers the loss adds model.moe's lb_loss_weight * lb + z_loss_weight * router_z, whose
+  /// gradients the MoE layers inject themselves (moe.h): a caller that backpropagates s * loss
+  /// sets set_moe_loss_scale(s) first.
   LossOutput loss(const torch::Tensor& tokens, const torch::Tensor& targets, double z_loss = 0.0,
                   const Probe& probe = nullptr, int64_t chunk_rows = 0);
 
   /// The head weight in use: head.weight, or embed.weight when tied.
   torch::Tensor head_weight() const;
+
+  /// The factor the MoE layers scale their aux losses' gradients by: the one the caller
+  /// backpropagates the loss with (default 1; 0 leaves the aux losses out of the gradients).
+  void set_moe_loss_scale(double scale);
+  double moe_loss_scale() const { return moe_loss_scale_; }
 
   ModelConfig config;
   Embedding embed{nullptr};
@@ -74,12 +84,14 @@ class DecoderLMImpl : public torch::nn::Module {
   Linear head{nullptr};                                         // untied only
   std::vector<std::shared_ptr<SchemeBlockImpl>> scheme_blocks;  // the same blocks, typed
   std::vector<std::pair<int64_t, MoeImpl*>> moe;  // (block, layer) of every MoE MLP, in order
+  std::shared_ptr<RouterLog> router_log;          // what the MoE layers' routers did (router_log.h)
   ForwardHooks* hooks = nullptr;  // set by a layer that wraps the model (owned by it); none: plain
 
  private:
   void add_moe_losses(LossOutput& out) const;
 
   SchemeParts parts_;  // enter/exit of the scheme (its blocks live in scheme_blocks)
+  double moe_loss_scale_ = 1.0;
 };
 TORCH_MODULE(DecoderLM);
 

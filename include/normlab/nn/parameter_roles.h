@@ -14,7 +14,7 @@
 namespace normlab {
 
 enum class ParamRole {
-  Matmul,     // a Linear's weight (attention, MLP, experts, router, untied head)
+  Matmul,     // a Linear's weight (attention, MLP, router, untied head), the stacked experts
   Embedding,  // the token embedding (also the head when tied)
   Norm,       // a norm layer's gain
   Scheme,     // any other: the scheme's own scalars, vectors and matrices

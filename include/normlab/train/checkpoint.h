@@ -104,7 +104,9 @@ std::string checkpoint_set_aside(const std::string& dir);
 
 /// Loads a checkpoint folder, checking the checksums of the files it reads; errors name the
 /// folder and the file. A sharded folder loads rank `rank`'s files (its world size is in the
-/// result).
+/// result). A whole folder written before MoE experts were stacked (experts.<e>.up.weight, ...)
+/// comes back in the stacked layout, its weights and AdamW moments (nn/experts.h); a sharded
+/// one keeps its names (its pieces are slices of the per-expert tensors: consolidate it first).
 Checkpoint checkpoint_load(const std::string& dir, int64_t rank = 0);
 
 /// The model weights of a checkpoint folder (joined from the ranks' pieces when sharded), with
@@ -113,7 +115,8 @@ TensorDict checkpoint_load_model(const std::string& dir);
 
 /// A whole (world 1) checkpoint from a sharded one: every parameter and moment joined from its
 /// pieces in rank order, the rest (step counts, RNG) from the lowest rank holding it. Throws
-/// std::runtime_error naming the folder when pieces are missing or do not add up.
+/// std::runtime_error naming the folder when pieces are missing or do not add up. Per-expert MoE
+/// weights and moments come back stacked, as from checkpoint_load.
 Checkpoint checkpoint_consolidate(const std::string& dir);
 
 }  // namespace normlab

@@ -37,8 +37,9 @@ namespace normlab {
 RunConfig hf_run_config(const std::string& dir, const RunConfig& base);
 
 /// The Hugging Face names whose tensors, joined along dim 0 in this order, make normlab's
-/// parameter `normlab_name`; throws std::invalid_argument for a name that has none.
-std::vector<std::string> hf_sources(const std::string& normlab_name);
+/// parameter `normlab_name` of a model of `cfg` (the stacked experts take one name per expert
+/// and projection); throws std::invalid_argument for a name that has none.
+std::vector<std::string> hf_sources(const std::string& normlab_name, const ModelConfig& cfg);
 
 /// The tensors of a save_pretrained folder: every shard of model.safetensors.index.json (each
 /// name where the index says), or model.safetensors. Throws CheckpointError naming the file.

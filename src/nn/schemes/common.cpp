@@ -43,18 +43,16 @@ void FeedForward::scale_(double beta) {
     dense->up->weight.mul_(beta);
     dense->down->weight.mul_(beta);
   }
-  if (moe)
-    for (auto& e : moe->experts) {
-      e->up->weight.mul_(beta);
-      e->down->weight.mul_(beta);
-    }
+  if (moe) {
+    moe->experts->up.mul_(beta);
+    moe->experts->down.mul_(beta);
+  }
 }
 
 void FeedForward::scale_output_(double m) {
   torch::NoGradGuard no_grad;
   if (dense) dense->down->weight.mul_(m);
-  if (moe)
-    for (auto& e : moe->experts) e->down->weight.mul_(m);
+  if (moe) moe->experts->down.mul_(m);
 }
 
 double siamese_depth_scale(const ModelConfig& cfg, int64_t layer) {

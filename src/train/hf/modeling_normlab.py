@@ -122,6 +122,21 @@ class NormlabMlp(nn.Module):
         return self.down(F.silu(u[..., self.d_ff:]) * u[..., : self.d_ff])
 
 
+class NormlabExperts(nn.Module):
+    """The experts' SwiGLU weights, stacked: up (E, 2 d_expert, d), expert e's [value | gate]
+    projection as in NormlabMlp, and down (E, d, d_expert)."""
+
+    def __init__(self, config, n_experts, d_expert):
+        super().__init__()
+        self.d_expert = d_expert
+        self.up = nn.Parameter(torch.empty(n_experts, 2 * d_expert, config.d_model))
+        self.down = nn.Parameter(torch.empty(n_experts, config.d_model, d_expert))
+
+    def forward(self, e, x):
+        u = x @ self.up[e].t()
+        return (F.silu(u[..., self.d_expert:]) * u[..., : self.d_expert]) @ self.down[e].t()
+
+
 class NormlabMoe(nn.Module):
     """Mixture-of-Experts MLP (docs/moe.md): p = softmax(router(x)) over all experts; each
     token's top_k experts, weighted by p (renormalised over the top_k when moe.renormalize);
@@ -131,9 +146,9 @@ class NormlabMoe(nn.Module):
         super().__init__()
         moe = config.moe
         self.top_k, self.renormalize = moe["top_k"], moe["renormalize"]
+        self.n_experts = moe["n_experts"]
         self.router = nn.Linear(config.d_model, moe["n_experts"], bias=False)
-        self.experts = nn.ModuleList(NormlabMlp(config, moe["d_expert"] or config.d_ff)
-                                     for _ in range(moe["n_experts"]))
+        self.experts = NormlabExperts(config, moe["n_experts"], moe["d_expert"] or config.d_ff)
 
     def forward(self, x):
         h = x.reshape(-1, x.shape[-1])
@@ -143,10 +158,11 @@ class NormlabMoe(nn.Module):
         if self.renormalize:
             w = w / w.sum(dim=-1, keepdim=True)
         y = torch.zeros_like(h)
-        for e, expert in enumerate(self.experts):
+        for e in range(self.n_experts):
             token, slot = torch.where(chosen == e)
             if token.numel():
-                y = y.index_add(0, token, expert(h[token]) * w[token, slot].unsqueeze(-1).to(h.dtype))
+                out = self.experts(e, h[token])
+                y = y.index_add(0, token, out * w[token, slot].unsqueeze(-1).to(h.dtype))
         return y.view_as(x)
 
 
@@ -340,6 +356,9 @@ class NormlabPreTrainedModel(PreTrainedModel):
         # Exports carry every weight; this only fills a model built from a config alone.
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, std=0.02)
+        elif isinstance(module, NormlabExperts):
+            nn.init.normal_(module.up, std=0.02)
+            nn.init.normal_(module.down, std=0.02)
         elif isinstance(module, NormlabNorm):
             nn.init.ones_(module.weight)
         elif isinstance(module, NormlabBlock) and hasattr(module, "c1"):

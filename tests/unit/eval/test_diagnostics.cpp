@@ -282,7 +282,7 @@ TEST(Diagnostics, MoeRoutingSharesPerLayerAndExpert) {
   {  // the same batch again: the counts of the last MoE layer over 2 N assignments
     torch::NoGradGuard g;
     m->forward(d.inputs);
-    const torch::Tensor counts = m->moe.back().second->last.counts.to(torch::kDouble);
+    const torch::Tensor counts = m->router_log->last(1).counts.to(torch::kDouble);
     for (int64_t e = 0; e < 4; ++e)
       EXPECT_DOUBLE_EQ(r.routing[1].share[static_cast<size_t>(e)],
                        counts[e].item<double>() / (2.0 * static_cast<double>(d.inputs.numel())));

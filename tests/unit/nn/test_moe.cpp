@@ -1,11 +1,16 @@
 // Mixture-of-Experts MLP (nn/moe.h): the sorted dispatch against the dense per-expert sum, the
 // aux losses where their values follow from the definition alone, the one-expert MoE against
 // the dense model, and model.moe's validation.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "normlab/nn/attention.h"
+#include "normlab/nn/experts.h"
+#include "normlab/nn/init.h"
 #include "normlab/nn/model.h"
 #include "normlab/nn/moe.h"
+#include "normlab/nn/router_log.h"
 #include "normlab/util/error.h"
 #include "support.h"
 
@@ -127,7 +132,8 @@ TEST(Moe, DispatchChoiceKeepsTheModel) {
     out.loss.backward();
     std::vector<torch::Tensor> grads{out.loss.detach()};
     for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
-    for (MoeImpl* m : moe_layers(*model)) grads.push_back(m->last.counts);
+    for (size_t i = 0; i < model->moe.size(); ++i)
+      grads.push_back(model->router_log->last(static_cast<int64_t>(i)).counts);
     return grads;
   };
   const auto loop = run(MoeDispatch::Loop);
@@ -167,10 +173,10 @@ TEST(Moe, UniformRouterGivesUnitBalanceLossAndLogESquaredZLoss) {
   }
   const torch::Tensor x = torch::randn({2, 7, cfg.d_model}, torch::kDouble);
   moe(x);
-  EXPECT_NEAR(moe->last.lb.item<double>(), 1.0, 1e-14);
-  EXPECT_NEAR(moe->last.z.item<double>(), std::pow(std::log(5.0), 2), 1e-14);
-  EXPECT_NEAR(moe->last.entropy.item<double>(), std::log(5.0), 1e-14);
-  EXPECT_EQ(moe->last.counts.sum().item<int64_t>(), 2 * 7 * 2);
+  EXPECT_NEAR(moe->log->last(0).lb.item<double>(), 1.0, 1e-14);
+  EXPECT_NEAR(moe->log->last(0).z.item<double>(), std::pow(std::log(5.0), 2), 1e-14);
+  EXPECT_NEAR(moe->log->last(0).entropy.item<double>(), std::log(5.0), 1e-14);
+  EXPECT_EQ(moe->log->last(0).counts.sum().item<int64_t>(), 2 * 7 * 2);
 }
 
 // With every token on one expert, f = e_0 and the loss is E * P_0 with P_0 near 1: near E, its
@@ -190,9 +196,9 @@ TEST(Moe, CollapsedRoutingGivesBalanceLossNearE) {
   const Routing r = moe->route(x.reshape({-1, cfg.d_model}));
   EXPECT_TRUE(torch::equal(r.weights, torch::ones_like(r.weights)));
   moe(x);
-  EXPECT_EQ(moe->last.counts[0].item<int64_t>(), 15);
-  EXPECT_GT(moe->last.lb.item<double>(), 4.0 * (1.0 - 1e-12));
-  EXPECT_LE(moe->last.lb.item<double>(), 4.0 + 1e-12);
+  EXPECT_EQ(moe->log->last(0).counts[0].item<int64_t>(), 15);
+  EXPECT_GT(moe->log->last(0).lb.item<double>(), 4.0 * (1.0 - 1e-12));
+  EXPECT_LE(moe->log->last(0).lb.item<double>(), 4.0 + 1e-12);
 }
 
 // One expert, top-1, renormalised: the weight is p / p = 1, so the block's MLP is that expert,
@@ -200,6 +206,20 @@ TEST(Moe, CollapsedRoutingGivesBalanceLossNearE) {
 // operations in the same order up to the gather and index_add of one row each: 1e-10 relative
 // is far above that rounding). The aux losses are left out (weights 0): lb is 1 and the z-loss
 // logit^2 in the MoE model, with no counterpart in the dense one.
+// The MoE model's counterpart of the dense model's parameter `name` (or of its gradient): a
+// block's mlp.up.weight / mlp.down.weight is expert 0's slice of mlp.experts.up / .down.
+torch::Tensor as_expert_zero(DecoderLMImpl& moe, const std::string& name, bool grad = false) {
+  auto mp = moe.named_parameters();
+  for (const char* which : {"up", "down"}) {
+    const std::string dense = std::string("mlp.") + which + ".weight";
+    const auto at = name.find(dense);
+    if (at == std::string::npos) continue;
+    const torch::Tensor t = mp[name.substr(0, at) + "mlp.experts." + which];
+    return (grad ? t.grad() : t)[0];
+  }
+  return grad ? mp[name].grad() : mp[name];
+}
+
 TEST(Moe, OneExpertTopOneEqualsTheDenseModel) {
   for (const Scheme scheme : {Scheme::PreNorm, Scheme::SiameseHybrid, Scheme::DeepNorm}) {
     SCOPED_TRACE(enum_name(scheme));
@@ -216,14 +236,7 @@ TEST(Moe, OneExpertTopOneEqualsTheDenseModel) {
     dense->to(torch::kDouble);
     {
       torch::NoGradGuard no_grad;
-      auto mp = moe->named_parameters();
-      for (auto& p : dense->named_parameters()) {
-        std::string name = p.key();
-        const auto at = name.find("mlp.");
-        if (at != std::string::npos && name.find("_norm") == std::string::npos)
-          name.replace(at, 4, "mlp.experts.0.");
-        p.value().copy_(mp[name]);
-      }
+      for (auto& p : dense->named_parameters()) p.value().copy_(as_expert_zero(*moe, p.key()));
     }
     torch::manual_seed(6);
     const torch::Tensor tokens = torch::randint(mc.vocab_size, {2, 9}, torch::kLong);
@@ -232,15 +245,82 @@ TEST(Moe, OneExpertTopOneEqualsTheDenseModel) {
     EXPECT_TRUE(test::close_per_element(a.logits, b.logits, 1e-10, 1e-13));
     a.loss.backward();
     b.loss.backward();
-    auto mp = moe->named_parameters();
     for (const auto& p : dense->named_parameters()) {
-      std::string name = p.key();
-      const auto at = name.find("mlp.");
-      if (at != std::string::npos && name.find("_norm") == std::string::npos)
-        name.replace(at, 4, "mlp.experts.0.");
-      EXPECT_TRUE(test::close_per_element(mp[name].grad(), p.value().grad(), 1e-10, 1e-13)) << name;
+      const torch::Tensor g = as_expert_zero(*moe, p.key(), /*grad=*/true);
+      EXPECT_TRUE(test::close_per_element(g, p.value().grad(), 1e-10, 1e-13)) << p.key();
     }
   }
+}
+
+// The stacked experts draw their initial weights as the per-expert layout did: after the
+// attention and the router, expert by expert, up then down, each from N(0, std) truncated at 3
+// std with the dense MLP's stds for d_ff = d_expert. So one seed gives the old weights, bitwise.
+TEST(Moe, ExpertsDrawTheirInitInThePerExpertOrder) {
+  ModelConfig cfg = moe_config(Scheme::PreNorm, 3, 2, false);
+  const int64_t layer = 1, C = cfg.d_model, h = cfg.expert_width();
+  torch::manual_seed(21);
+  Attention attn(attention_options(cfg, torch::kCPU));
+  Moe moe(cfg);
+  init_branches(cfg, layer, *attn, *moe);
+  ModelConfig expert_cfg = cfg;
+  expert_cfg.d_ff = h;
+  const BranchStds s = branch_stds(expert_cfg, layer);
+  EXPECT_NE(s.mlp_up, s.mlp_down);  // Mitchell: a swap of the two would show
+  torch::manual_seed(21);
+  for (const torch::Tensor& w : {attn->qkv->weight, attn->out->weight, moe->router->weight})
+    trunc_normal_(torch::empty_like(w), 1.0);  // the draws before the experts'
+  for (int64_t e = 0; e < 3; ++e) {
+    torch::Tensor up = torch::empty({2 * h, C}), down = torch::empty({C, h});
+    trunc_normal_(up, s.mlp_up);
+    trunc_normal_(down, s.mlp_down);
+    EXPECT_TRUE(torch::equal(moe->experts->up[e], up)) << "expert " << e;
+    EXPECT_TRUE(torch::equal(moe->experts->down[e], down)) << "expert " << e;
+  }
+}
+
+// Weights that name the experts one by one (the layout before the stacking) are stacked in
+// expert order under any prefix (an optimizer moment's), scalars (step counts) shared by the
+// experts become one; a missing expert, differing shapes or differing counts are refused.
+TEST(Moe, PerExpertNamesAreStacked) {
+  TensorDict w;
+  std::vector<torch::Tensor> ups, downs;
+  for (int64_t e = 0; e < 3; ++e) {
+    ups.push_back(torch::randn({4, 2}));
+    downs.push_back(torch::randn({2, 2}));
+    const std::string p = "blocks.1.mlp.experts." + std::to_string(e);
+    w[p + ".up.weight"] = ups.back();
+    w["exp_avg." + p + ".down.weight"] = downs.back();
+    w["step." + p + ".up.weight"] = torch::tensor(7.0);
+  }
+  w["blocks.1.mlp.router.weight"] = torch::randn({3, 2});
+  ASSERT_TRUE(has_legacy_experts(w));
+  const TensorDict s = stack_legacy_experts(w);
+  EXPECT_FALSE(has_legacy_experts(s));
+  EXPECT_EQ(s.size(), 4u);
+  EXPECT_TRUE(torch::equal(s.at("blocks.1.mlp.experts.up"), torch::stack(ups)));
+  EXPECT_TRUE(torch::equal(s.at("exp_avg.blocks.1.mlp.experts.down"), torch::stack(downs)));
+  EXPECT_TRUE(torch::equal(s.at("step.blocks.1.mlp.experts.up"), torch::tensor(7.0)));
+  EXPECT_TRUE(s.at("blocks.1.mlp.router.weight").is_same(w.at("blocks.1.mlp.router.weight")));
+  const auto refused = [](TensorDict bad, const std::string& what) {
+    try {
+      stack_legacy_experts(std::move(bad));
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const CheckpointError& e) {
+      EXPECT_THAT(e.what(), testing::HasSubstr(what));
+    }
+  };
+  TensorDict gap = w;
+  gap.erase("blocks.1.mlp.experts.1.up.weight");
+  refused(gap, "expert 1 is missing");
+  TensorDict shape = w;
+  shape["blocks.1.mlp.experts.2.up.weight"] = torch::randn({4, 3});
+  refused(shape, "another shape");
+  TensorDict steps = w;
+  steps["step.blocks.1.mlp.experts.0.up.weight"] = torch::tensor(6.0);
+  refused(steps, "differ between experts");
+  TensorDict both = w;
+  both["blocks.1.mlp.experts.up"] = torch::stack(ups);
+  refused(both, "both stacked and per expert");
 }
 
 // The names of an MoE block's MLP, and `every`: blocks 0, k, 2k, ... are MoE, the others dense.
@@ -252,8 +332,9 @@ TEST(Moe, ParameterNamesAndEvery) {
   const auto params = model->named_parameters();
   EXPECT_TRUE(params.contains("blocks.0.mlp.router.weight"));
   EXPECT_EQ(params["blocks.0.mlp.router.weight"].sizes(), torch::IntArrayRef({3, 16}));
-  EXPECT_EQ(params["blocks.2.mlp.experts.2.up.weight"].sizes(), torch::IntArrayRef({24, 16}));
-  EXPECT_EQ(params["blocks.2.mlp.experts.2.down.weight"].sizes(), torch::IntArrayRef({16, 12}));
+  EXPECT_EQ(params["blocks.2.mlp.experts.up"].sizes(), torch::IntArrayRef({3, 24, 16}));
+  EXPECT_EQ(params["blocks.2.mlp.experts.down"].sizes(), torch::IntArrayRef({3, 16, 12}));
+  EXPECT_FALSE(params.contains("blocks.2.mlp.experts.2.up.weight"));
   EXPECT_FALSE(params.contains("blocks.0.mlp.up.weight"));
   EXPECT_TRUE(params.contains("blocks.1.mlp.up.weight"));
   EXPECT_TRUE(params.contains("blocks.3.mlp.up.weight"));
@@ -261,6 +342,87 @@ TEST(Moe, ParameterNamesAndEvery) {
   ASSERT_EQ(model->moe.size(), 2u);
   EXPECT_EQ(model->moe[0].first, 0);
   EXPECT_EQ(model->moe[1].first, 2);
+}
+
+// The gradients the MoE layer injects for its aux losses (nn/aux_loss.h) equal those of the
+// formulation that adds them to the loss: loss_scale * (F + lb_w * lb / L + z_w * z / L), F a
+// function of the output, lb and z computed from the same routing by their definitions. Float64;
+// the two sides sum the router's gradient contributions in another order (here the aux
+// contribution reaches the router weight through a second matmul), so they agree to float64
+// rounding over sums of a few dozen terms: 1e-12 relative is a thousand times that, while a
+// wrong scale, weight or 1/L changes the aux share of the router gradient by O(1).
+TEST(Moe, InjectedAuxGradientsEqualTheAddedLossTerms) {
+  ModelConfig cfg = moe_config(Scheme::PreNorm, 4, 2, false);
+  torch::manual_seed(12);
+  Moe moe(cfg);
+  moe->to(torch::kDouble);
+  for (const auto& p : moe->parameters()) {
+    torch::NoGradGuard no_grad;
+    p.normal_(0.0, 0.5);
+  }
+  moe->lb_loss_weight = 0.5;
+  moe->z_loss_weight = 0.2;
+  moe->averaged_over = 3;
+  const double scale = 0.25;
+  const torch::Tensor x = torch::randn({3, 5, cfg.d_model}, torch::kDouble);
+  const torch::Tensor probe = 0.01 * torch::randn_like(x);  // small: the aux terms weigh in
+  const auto grads = [&](double injected_scale, bool added) {
+    moe->zero_grad();
+    moe->loss_scale = injected_scale;
+    const torch::Tensor xi = x.clone().requires_grad_(true);
+    torch::Tensor loss = (moe(xi) * probe).sum();
+    if (added) {
+      const torch::Tensor rows = xi.reshape({-1, cfg.d_model});
+      const Routing r = moe->route(rows);
+      const torch::Tensor f = torch::bincount(r.experts.reshape({-1}), {}, 4).to(torch::kDouble) /
+                              static_cast<double>(rows.size(0) * 2);
+      const torch::Tensor lb = 4.0 * (f * r.probs.mean(0)).sum();
+      const torch::Tensor z = torch::logsumexp(r.logits, -1).pow(2).mean();
+      loss = loss + 0.5 * (lb / 3.0) + 0.2 * (z / 3.0);
+    }
+    (loss * scale).backward();
+    std::vector<torch::Tensor> g{xi.grad()};
+    for (const auto& p : moe->parameters()) g.push_back(p.grad().clone());
+    return g;
+  };
+  const auto injected = grads(scale, false), added = grads(0.0, true), none = grads(0.0, false);
+  ASSERT_EQ(injected.size(), added.size());
+  for (size_t i = 0; i < injected.size(); ++i)
+    EXPECT_TRUE(test::close_per_element(injected[i], added[i], 1e-12, 1e-14)) << i;
+  // The check can fail: without the aux terms the router's gradient (index 1) is another.
+  EXPECT_GT(test::max_rel_error(none[1], added[1]), 1e-2);
+}
+
+// The router log keeps each MoE layer's latest routing; between begin_step and take_step it
+// also collects every pass (one record per layer), and take_step empties it: the next step
+// starts from nothing, and passes outside a step are not collected.
+TEST(Moe, RouterLogCollectsAStepsPassesAndEmpties) {
+  ModelConfig cfg = moe_config(Scheme::PreNorm, 4, 2, false);
+  torch::manual_seed(3);
+  DecoderLM model(cfg);
+  const torch::Tensor a = torch::randint(cfg.vocab_size, {2, 6}, torch::kLong);
+  const torch::Tensor b = torch::randint(cfg.vocab_size, {3, 4}, torch::kLong);
+  RouterLog& log = *model->router_log;
+  model->forward(a);  // outside a step
+  EXPECT_EQ(log.step_passes(), 0u);
+  EXPECT_EQ(log.last(1).counts.sum().item<int64_t>(), 2 * 6 * 2);
+  EXPECT_THROW(log.last(2), std::out_of_range);
+  log.begin_step();
+  model->forward(a);
+  model->forward(b);
+  EXPECT_EQ(log.step_passes(), 2u);
+  const auto step = log.take_step();
+  ASSERT_EQ(step.size(), 2u);
+  for (const auto& pass : step) ASSERT_EQ(pass.size(), 2u);
+  EXPECT_EQ(step[0][0].counts.sum().item<int64_t>(), 2 * 6 * 2);
+  EXPECT_EQ(step[1][1].counts.sum().item<int64_t>(), 3 * 4 * 2);
+  EXPECT_TRUE(torch::equal(step[1][0].counts, log.last(0).counts));
+  EXPECT_EQ(log.step_passes(), 0u);
+  model->forward(a);  // after the step: not collected
+  EXPECT_TRUE(log.take_step().empty());
+  log.begin_step();
+  model->forward(b);
+  EXPECT_EQ(log.take_step().size(), 1u);  // only this step's pass
 }
 
 // The model's loss adds the weighted aux losses, averaged over the MoE layers.
@@ -274,9 +436,9 @@ TEST(Moe, LossAddsWeightedAuxLossesAveragedOverLayers) {
   const torch::Tensor tokens = torch::randint(cfg.vocab_size, {2, 6}, torch::kLong);
   const LossOutput out = model->loss(tokens, tokens.roll(-1, 1));
   ASSERT_EQ(model->moe.size(), 2u);
-  const double lb =
-      (model->moe[0].second->last.lb + model->moe[1].second->last.lb).item<double>() / 2;
-  const double z = (model->moe[0].second->last.z + model->moe[1].second->last.z).item<double>() / 2;
+  const RouterLog& log = *model->router_log;
+  const double lb = (log.last(0).lb + log.last(1).lb).item<double>() / 2;
+  const double z = (log.last(0).z + log.last(1).z).item<double>() / 2;
   EXPECT_NEAR(out.lb.item<double>(), lb, 1e-15);
   EXPECT_NEAR(out.router_z.item<double>(), z, 1e-15);
   EXPECT_NEAR(out.loss.item<double>(), out.ce.item<double>() + 0.3 * lb + 0.7 * z, 1e-14);

@@ -48,9 +48,9 @@ Sources hf_names(int layers, bool tied, int experts) {
     n[ours + "mlp.router.weight"] = {hf + "mlp.gate.weight"};
     for (int e = 0; e < experts; ++e) {
       const std::string x = hf + "mlp.experts." + std::to_string(e) + ".";
-      n[ours + "mlp.experts." + std::to_string(e) + ".up.weight"] = {x + "up_proj.weight",
-                                                                     x + "gate_proj.weight"};
-      n[ours + "mlp.experts." + std::to_string(e) + ".down.weight"] = {x + "down_proj.weight"};
+      n[ours + "mlp.experts.up"].push_back(x + "up_proj.weight");
+      n[ours + "mlp.experts.up"].push_back(x + "gate_proj.weight");
+      n[ours + "mlp.experts.down"].push_back(x + "down_proj.weight");
     }
   }
   return n;
@@ -104,10 +104,12 @@ TensorDict random_hf(const ModelConfig& cfg) {
   TensorDict hf;
   torch::manual_seed(0);
   for (const auto& p : DecoderLM(cfg, torch::kMeta)->named_parameters()) {
-    const std::vector<std::string> src = hf_sources(p.key());
+    const std::vector<std::string> src = hf_sources(p.key(), cfg);
     std::vector<int64_t> shape = p.value().sizes().vec();
-    std::vector<int64_t> rows(src.size(), shape[0] / static_cast<int64_t>(src.size()));
-    if (src.size() == 3)
+    if (shape.size() == 3) shape.erase(shape.begin());  // stacked experts: one tensor each
+    const int64_t per_tensor = p.value().dim() == 3 ? p.value().size(0) : 1;
+    std::vector<int64_t> rows(src.size(), shape[0] * per_tensor / static_cast<int64_t>(src.size()));
+    if (p.key().find("attn.qkv") != std::string::npos)
       rows = {cfg.n_heads * cfg.head_dim(), cfg.kv_heads() * cfg.head_dim(),
               cfg.kv_heads() * cfg.head_dim()};
     for (size_t i = 0; i < src.size(); ++i) {
@@ -126,14 +128,15 @@ TEST(HfImportTest, EveryParameterHasItsHuggingFaceNamesInOrder) {
     cfg.tie_embeddings = tied;
     Sources got;
     for (const auto& p : DecoderLM(cfg, torch::kMeta)->named_parameters())
-      got[p.key()] = hf_sources(p.key());
+      got[p.key()] = hf_sources(p.key(), cfg);
     EXPECT_EQ(got, hf_names(2, tied, 0));
   }
   Sources got;
-  for (const auto& p : DecoderLM(olmoe_config(), torch::kMeta)->named_parameters())
-    got[p.key()] = hf_sources(p.key());
+  const ModelConfig moe = olmoe_config();
+  for (const auto& p : DecoderLM(moe, torch::kMeta)->named_parameters())
+    got[p.key()] = hf_sources(p.key(), moe);
   EXPECT_EQ(got, hf_names(2, false, 3));
-  EXPECT_THROW(hf_sources("blocks.0.attn_y_norm.weight"), std::invalid_argument);
+  EXPECT_THROW(hf_sources("blocks.0.attn_y_norm.weight", moe), std::invalid_argument);
 }
 
 TEST(HfImportTest, JoinsTheTensorsRowWise) {
@@ -145,9 +148,11 @@ TEST(HfImportTest, JoinsTheTensorsRowWise) {
       torch::equal(w.at("blocks.1.attn.qkv.weight"),
                    torch::cat({hf[l + "self_attn.q_proj.weight"], hf[l + "self_attn.k_proj.weight"],
                                hf[l + "self_attn.v_proj.weight"]})));
-  EXPECT_TRUE(torch::equal(w.at("blocks.1.mlp.experts.2.up.weight"),
+  EXPECT_TRUE(torch::equal(w.at("blocks.1.mlp.experts.up")[2],
                            torch::cat({hf[l + "mlp.experts.2.up_proj.weight"],
                                        hf[l + "mlp.experts.2.gate_proj.weight"]})));
+  EXPECT_TRUE(
+      torch::equal(w.at("blocks.1.mlp.experts.down")[1], hf[l + "mlp.experts.1.down_proj.weight"]));
   EXPECT_TRUE(torch::equal(w.at("blocks.1.mlp.router.weight"), hf[l + "mlp.gate.weight"]));
 
   hf["model.layers.0.mlp.shared_expert.weight"] = torch::zeros({2, 2});

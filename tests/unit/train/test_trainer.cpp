@@ -7,6 +7,8 @@
 
 #include "normlab/config/config_io.h"
 #include "normlab/data/data_prepare.h"
+#include "normlab/nn/experts.h"
+#include "normlab/nn/model.h"
 #include "normlab/nn/weights.h"
 #include "normlab/train/checkpoint.h"
 #include "normlab/train/export.h"
@@ -112,6 +114,80 @@ TEST_F(TrainerTest, ResumeIsBitwiseExact) {
     return summary.substr(summary.find("\"final_val_loss\"")).substr(0, 40);
   };
   EXPECT_EQ(val_line(read_file(a / "summary.json")), val_line(read_file(b / "summary.json")));
+}
+
+// A dictionary in the layout before the MoE experts were stacked: every <p>.experts.up (E, ...)
+// becomes <p>.experts.<e>.up.weight (and .down), any prefix kept (exp_avg.<name>, step.<name>,
+// whose per-expert step counts are the stacked tensor's one count), for E experts.
+TensorDict unstack_experts(const TensorDict& stacked, int64_t E) {
+  TensorDict out;
+  for (const auto& [name, t] : stacked) {
+    const auto at = name.rfind(".experts.");
+    const std::string which = at == std::string::npos ? "" : name.substr(at + 9);
+    if (which != "up" && which != "down") {
+      out.emplace(name, t);
+      continue;
+    }
+    for (int64_t e = 0; e < E; ++e)
+      out.emplace(name.substr(0, at) + ".experts." + std::to_string(e) + "." + which + ".weight",
+                  t.dim() > 0 ? t[e].clone() : t.clone());
+  }
+  return out;
+}
+
+// A checkpoint written before the MoE experts were stacked (experts.<e>.up.weight, their AdamW
+// moments and step counts likewise) loads into the stacked layout bitwise, gives the same
+// logits, and resumes to bitwise the same run as an uninterrupted one.
+TEST_F(TrainerTest, MoeCheckpointInThePerExpertLayoutLoadsAndResumesExactly) {
+  const std::vector<std::string> moe = {"model.moe.n_experts=4", "model.moe.top_k=2",
+                                        "model.moe.d_expert=16"};
+  test::ScratchDir a("run"), b("run");
+  train(config(moe), options(a.path));
+  train(config(moe), options(b.path, false, /*stop_after=*/3));
+  const std::string dir = *checkpoint_latest(b.path);
+  const Checkpoint now = checkpoint_load(dir);
+  ASSERT_TRUE(now.model.count("blocks.1.mlp.experts.up"));
+  Checkpoint old = now;
+  old.model = unstack_experts(now.model, 4);
+  old.optimizer = unstack_experts(now.optimizer, 4);
+  ASSERT_TRUE(old.model.count("blocks.1.mlp.experts.3.down.weight"));
+  ASSERT_TRUE(old.optimizer.count("exp_avg_sq.blocks.0.mlp.experts.2.up.weight"));
+  ASSERT_FALSE(old.model.count("blocks.1.mlp.experts.up"));
+  checkpoint_save(b.path, old, 5);  // replaces the folder
+  ASSERT_TRUE(has_legacy_experts(safetensors_load(dir + "/model.safetensors").tensors));
+
+  const Checkpoint back = checkpoint_load(dir);
+  ASSERT_EQ(back.model.size(), now.model.size());
+  ASSERT_EQ(back.optimizer.size(), now.optimizer.size());
+  for (const auto& [name, t] : now.model) EXPECT_TRUE(torch::equal(t, back.model.at(name))) << name;
+  for (const auto& [name, t] : now.optimizer)
+    EXPECT_TRUE(torch::equal(t, back.optimizer.at(name))) << name;
+  DecoderLM from_new(config(moe).model), from_old(config(moe).model);
+  load_weights(*from_new, now.model, "stacked");
+  load_weights(*from_old, old.model, "per expert");
+  const torch::Tensor tokens = torch::randint(400, {2, 16}, torch::kLong);
+  EXPECT_TRUE(torch::equal(from_new->forward(tokens), from_old->forward(tokens)));
+
+  train(config(moe), options(b.path, /*resume=*/true));
+  EXPECT_EQ(losses(a.path.string()), losses(b.path.string()));
+  // The routing numbers of every step too: the resumed run's router log starts empty at step 4,
+  // so these hold only if the uninterrupted run's log was emptied every step.
+  const auto routing = [](const std::string& run) {
+    std::vector<nlohmann::json> out;
+    std::istringstream in(read_file(run + "/metrics.jsonl"));
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      out.push_back({j.at("moe_lb_loss"), j.at("moe_router_z_loss"), j.at("moe_router_entropy"),
+                     j.at("moe_max_expert_share"), j.at("moe_idle_experts")});
+    }
+    return out;
+  };
+  EXPECT_EQ(routing(a.path.string()), routing(b.path.string()));
+  const Checkpoint ca = checkpoint_load(a / "checkpoints/step-00000008");
+  const Checkpoint cb = checkpoint_load(b / "checkpoints/step-00000008");
+  for (const auto& [name, t] : ca.model) EXPECT_TRUE(torch::equal(t, cb.model.at(name))) << name;
+  for (const auto& [name, t] : ca.optimizer)
+    EXPECT_TRUE(torch::equal(t, cb.optimizer.at(name))) << name;
 }
 
 // Activation checkpointing (all blocks, every second one) and the chunked loss change memory,
