@@ -65,6 +65,7 @@ set(NORMLAB_SOURCES
   nn/schemes/peri_norm.cpp
   nn/schemes/post_norm.cpp
   nn/schemes/pre_norm.cpp
+  nn/schemes/reordered_norm.cpp
   nn/schemes/resi_dual.cpp
   nn/schemes/siamese.cpp
   nn/schemes/siamese_hybrid.cpp

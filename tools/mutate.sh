@@ -75,6 +75,9 @@ if action == "apply":
     print(m["file"], m["what"], sep="\t")
 elif action == "restore" and os.path.exists(backup):
     os.replace(backup, m["file"])
+    # The backup kept the original's time, older than the mutant's objects: without a new time
+    # the next build would keep the mutant compiled in.
+    os.utime(m["file"])
 PY
 }
 

@@ -43,6 +43,9 @@ const std::map<std::string, std::vector<std::string>>& hf_block_sources() {
   static const std::map<std::string, std::vector<std::string>> names = {
       {"attn_norm.weight", {"input_layernorm.weight"}},
       {"mlp_norm.weight", {"post_attention_layernorm.weight"}},
+      // OLMo-2 (reordered_norm): the norms after attention and after the MLP
+      {"attn_out_norm.weight", {"post_attention_layernorm.weight"}},
+      {"mlp_out_norm.weight", {"post_feedforward_layernorm.weight"}},
       {"attn.qkv.weight",
        {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"}},
       {"attn.out.weight", {"self_attn.o_proj.weight"}},

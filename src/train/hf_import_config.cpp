@@ -69,21 +69,14 @@ class HfConfig {
   Json j_;
 };
 
-const char* const kOlmo2Refusal =
-    "OLMo-2 normalises each sub-layer's output, with no norm before it: h = x + "
-    "post_attention_layernorm(attn(x)); h = h + post_feedforward_layernorm(mlp(h)). No normlab "
-    "scheme computes that (pre_norm normalises the sub-layer's input, peri_norm both its input "
-    "and its output), so this checkpoint cannot be imported";
-
-// The one architecture, Llama or OLMoE; the others refused by name.
+// The one architecture, Llama, OLMoE or OLMo-2; the others refused by name.
 std::string hf_architecture(const HfConfig& c) {
   const std::string key = "architectures";
   if (!c.has(key) || !c.at(key).is_array() || c.at(key).size() != 1 || !c.at(key)[0].is_string())
     c.refuse(key, "one architecture name is needed");
   const std::string arch = c.at(key)[0].get<std::string>();
-  if (arch == "Olmo2ForCausalLM") c.refuse(key, kOlmo2Refusal);
-  if (arch != "LlamaForCausalLM" && arch != "OlmoeForCausalLM")
-    c.refuse(key, "normlab imports LlamaForCausalLM and OlmoeForCausalLM");
+  if (arch != "LlamaForCausalLM" && arch != "OlmoeForCausalLM" && arch != "Olmo2ForCausalLM")
+    c.refuse(key, "normlab imports LlamaForCausalLM, OlmoeForCausalLM and Olmo2ForCausalLM");
   return arch;
 }
 
@@ -160,17 +153,16 @@ RunConfig hf_run_config(const std::string& dir, const RunConfig& base) {
   m.init_std = base.model.init_std;
   m.moe.z_loss_weight = base.model.moe.z_loss_weight;
   m.moe.dispatch = base.model.moe.dispatch;
-  m.scheme = Scheme::PreNorm;
+  // OLMo-2 normalises each sub-layer's output and not its input (the reordered norm).
+  m.scheme = arch == "Olmo2ForCausalLM" ? Scheme::ReorderedNorm : Scheme::PreNorm;
   m.norm_type = NormType::RmsNorm;
   hf_set_shape(c, m);
   // Absent: the default of transformers' config class.
-  m.norm_eps = c.number("rms_norm_eps", arch == "OlmoeForCausalLM" ? 1e-5 : 1e-6);
+  m.norm_eps = c.number("rms_norm_eps", arch == "LlamaForCausalLM" ? 1e-6 : 1e-5);
   m.rope_theta = hf_rope_theta(c);
   m.tie_embeddings = c.flag("tie_word_embeddings", false);
-  if (arch == "OlmoeForCausalLM") {
-    m.qk_norm = QkNorm::Full;
-    hf_set_moe(c, m);
-  }
+  if (arch != "LlamaForCausalLM") m.qk_norm = QkNorm::Full;
+  if (arch == "OlmoeForCausalLM") hf_set_moe(c, m);
   const int64_t max_pos = c.integer("max_position_embeddings", cfg.data.seq_len);
   if (cfg.data.seq_len > max_pos)
     c.refuse("max_position_embeddings",

@@ -28,6 +28,7 @@ cases=(
   "hybrid_norm|model.scheme=hybrid_norm"
   "hybrid_norm_star|model.scheme=hybrid_norm_star model.n_layers=3"
   "peri_norm|model.scheme=peri_norm model.norm_type=layernorm"
+  "reordered_norm_qk_norm|model.scheme=reordered_norm model.qk_norm=full"
   "mix_ln|model.scheme=mix_ln model.n_layers=4 model.mix_ln_post_layers=1"
   "resi_dual|model.scheme=resi_dual model.qkv_norm=true"
   "siamese|model.scheme=siamese"
@@ -52,7 +53,7 @@ for c in "${cases[@]}"; do
   done
   d=$work/$name
   # The validation loss at the end is not checked here: one batch of it (eval.batches=1), not
-  # the whole split, for each of the 21 runs.
+  # the whole split, for each of the 22 runs.
   "$normlab" train --config "$src/configs/tiny/$config" --set "data.train=$kjv/shards" \
     --set "data.tokenizer=$kjv/tokenizer.model" --set train.steps=20 --set eval.every=0 --set eval.batches=1 "${sets[@]}" \
     --out "$d/run" > "$d.train.out" 2>&1 || { cat "$d.train.out"; fail "train $name"; }

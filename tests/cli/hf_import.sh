@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `normlab import --from hf`: tiny random Hugging Face checkpoints made with transformers in
 # PYTHON (LlamaForCausalLM with GQA, sharded, and with tied embeddings; OlmoeForCausalLM with
-# and without norm_topk_prob, GQA, sharded) become runs whose fp32 logits equal transformers' to
-# 1e-4 relative, whose `export --format hf` loads back (trust_remote_code) with the same logits,
-# and which fine-tune with `train --resume`. Options normlab cannot express (OLMo-2, biases,
+# and without norm_topk_prob, GQA, sharded; Olmo2ForCausalLM with GQA, sharded, and with tied
+# embeddings) become runs whose fp32 logits equal transformers' to 1e-4 relative, whose
+# `export --format hf` loads back (trust_remote_code) with the same logits, and which fine-tune
+# with `train --resume`. Options normlab cannot express (another architecture, biases,
 # RoPE scaling, another activation, clip_qkv, ...) are refused naming the config.json key, a
 # missing or corrupt shard names the file, and nothing the user has is overwritten.
 # Usage: hf_import.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
@@ -19,7 +20,7 @@ check=$src/tests/cli/hf_import_check.py
 "$python" "$check" make "$work" > "$work/make.out" 2>&1 || { cat "$work/make.out"; fail "making the checkpoints"; }
 data=(--config "$src/configs/tiny/lm.yaml" --set "data.train=$kjv/shards" --set "data.tokenizer=$kjv/tokenizer.model")
 
-cases=(llama_gqa_sharded llama_tied olmoe olmoe_norm_topk_gqa_sharded)
+cases=(llama_gqa_sharded llama_tied olmoe olmoe_norm_topk_gqa_sharded olmo2_gqa_sharded olmo2_tied)
 for c in "${cases[@]}"; do
   d=$work/$c
   "$normlab" import --from hf --checkpoint "$d/hf" "${data[@]}" --out "$d/run" > "$d/import.out" 2>&1 \
@@ -31,6 +32,11 @@ done
 grep -q "scheme: pre_norm" "$work/olmoe/run/config.yaml" && grep -q "qk_norm: full" "$work/olmoe/run/config.yaml" \
   && grep -q "n_experts: 4" "$work/olmoe/run/config.yaml" || fail "the OLMoE run's config: $(cat "$work/olmoe/run/config.yaml")"
 grep -q "tie_embeddings: true" "$work/llama_tied/run/config.yaml" || fail "the tied Llama run is not tied"
+o2=$work/olmo2_gqa_sharded/run/config.yaml
+grep -q "scheme: reordered_norm" "$o2" && grep -q "qk_norm: full" "$o2" && grep -q "n_experts: 0" "$o2" \
+  && grep -q "norm_eps: 1e-05" "$o2" || fail "the OLMo-2 run's config: $(cat "$o2")"
+grep -q "norm_eps: 1e-06" "$work/olmo2_tied/run/config.yaml" || fail "the tied OLMo-2 run's eps"
+[ "$(ls "$work/olmo2_gqa_sharded/hf"/model-*.safetensors | wc -l)" -gt 1 ] || fail "the OLMo-2 checkpoint is not sharded"
 "$python" "$check" check "$work" "${cases[@]}" || fail "the imports disagree with transformers"
 
 # The imported run fine-tunes from the import, with its own config.yaml (the model is
@@ -51,7 +57,6 @@ edited() {  # edited NAME CASE PYTHON_STATEMENT: a copy of CASE's folder whose c
   "$python" -c "import json,sys; p=sys.argv[1]; c=json.load(open(p)); $3; json.dump(c, open(p, 'w'))" "$to/config.json"
   echo "$to"
 }
-expect_error "architectures = \[\"Olmo2ForCausalLM\"\]: OLMo-2 normalises each sub-layer's output" "$work/olmo2/hf"
 expect_error 'architectures = \["MistralForCausalLM"\]' "$(edited mistral llama_tied 'c["architectures"]=["MistralForCausalLM"]')"
 expect_error "attention_bias = true" "$(edited bias llama_tied 'c["attention_bias"]=True')"
 expect_error "mlp_bias = true" "$(edited mlp_bias llama_tied 'c["mlp_bias"]=True')"

@@ -3,7 +3,7 @@
 
 Usage: hf_import_check.py make WORK_DIR
          writes WORK_DIR/<case>/hf (save_pretrained, random weights, nothing downloaded) for every
-         case below, and WORK_DIR/olmo2/hf, which normlab refuses
+         case below
        hf_import_check.py check WORK_DIR CASE...
          for each case: the logits of WORK_DIR/<case>/normlab.safetensors (`normlab generate
          --logits-out` of the imported run) and of the export WORK_DIR/<case>/export
@@ -32,7 +32,8 @@ except ImportError as e:
 # these two-layer models: 1e-4 relative (max |difference| over max |logit|) is far above that
 # (measured: at most 7.6e-7) and far below what a wrong mapping does (measured on these models:
 # gate and up swapped in one layer 0.34, one input norm's gain replaced by 1 0.089, one q_norm's
-# 0.26).
+# 0.26; OLMo-2's two output norms swapped in layer 0 0.42, or read as Pre-Norm's input norms
+# 0.64).
 TOL = 1e-4
 VOCAB = 4096  # the built-in corpus's tokenizer
 SHAPE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -47,6 +48,9 @@ CASES = {
     "olmoe_norm_topk_gqa_sharded": ("OlmoeConfig", dict(num_experts=8, num_experts_per_tok=3,
                                                         norm_topk_prob=True, num_key_value_heads=2),
                                     "100KB"),
+    # OLMo-2: the reordered norm (normlab's reordered_norm) with full-width q/k norms
+    "olmo2_gqa_sharded": ("Olmo2Config", dict(num_key_value_heads=2, rope_theta=500000.0), "60KB"),
+    "olmo2_tied": ("Olmo2Config", dict(tie_word_embeddings=True, rms_norm_eps=1e-6), None),
 }
 MODELS = {"LlamaConfig": "LlamaForCausalLM", "OlmoeConfig": "OlmoeForCausalLM",
           "Olmo2Config": "Olmo2ForCausalLM"}
@@ -72,7 +76,6 @@ def make(work):
         model = build(config_name, kwargs)
         model.save_pretrained(os.path.join(work, case, "hf"),
                               **({"max_shard_size": shard} if shard else {}))
-    build("Olmo2Config", {}).save_pretrained(os.path.join(work, "olmo2", "hf"))
 
 
 def relative(got, want):

@@ -39,6 +39,9 @@ CASES = [(s, {}) for s in R.SCHEMES] + [
     ("pre_norm", dict(qk_norm="full")),
     ("siamese", dict(qk_norm="full", norm_type="layernorm", n_kv_heads=1)),
     ("pre_norm", dict(qk_norm="full", moe_n_experts=4, moe_top_k=2)),
+    # OLMo 2's block: reordered norm with full-width q/k norms
+    ("reordered_norm", dict(qk_norm="full", n_kv_heads=4)),
+    ("reordered_norm", dict(qk_norm="full", norm_type="layernorm", tie_embeddings=True)),
     # Mixture-of-Experts MLPs (moe_ref.py)
     ("pre_norm", dict(moe_n_experts=4, moe_top_k=2)),
     ("siamese_hybrid", dict(moe_n_experts=4, moe_top_k=1, moe_renormalize=True)),

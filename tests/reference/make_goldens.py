@@ -115,6 +115,9 @@ CASES = [
     ("qknorm_full_pre_norm", "pre_norm", compact(qk_norm="full")),
     ("qknorm_full_layernorm", "pre_norm", compact(qk_norm="full", norm_type="layernorm")),
     ("qknorm_full_siamese", "siamese", compact(qk_norm="full")),
+    # OLMo 2's reordered norm: on the default model, and with its full-width q/k norms
+    ("reordered_norm", "reordered_norm", {}),
+    ("reordered_norm_qknorm_full", "reordered_norm", compact(qk_norm="full")),
 ]
 
 

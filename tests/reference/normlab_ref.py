@@ -47,6 +47,7 @@ from schemes_ref import (  # noqa: F401
     forward_peri_norm,
     forward_post_norm,
     forward_pre_norm,
+    forward_reordered_norm,
     forward_resi_dual,
     forward_siamese,
     forward_siamese_hybrid,
@@ -65,6 +66,7 @@ SCHEMES = (
     "resi_dual",
     "siamese",
     "siamese_hybrid",
+    "reordered_norm",
 )
 
 DEFAULT_CONFIG = {
@@ -163,6 +165,9 @@ def param_shapes(cfg):
         elif scheme == "peri_norm":
             shapes.update(_branch_params(cfg, l, qkv_norm_on(cfg)))
             block_norms = ["attn_norm", "attn_out_norm", "mlp_norm", "mlp_out_norm"]
+        elif scheme == "reordered_norm":
+            shapes.update(_branch_params(cfg, l, qkv_norm_on(cfg)))
+            block_norms = ["attn_out_norm", "mlp_out_norm"]
         elif scheme == "siamese":
             shapes.update(_branch_params(cfg, l, qkv_norm_on(cfg)))
             block_norms = []
@@ -181,7 +186,7 @@ def param_shapes(cfg):
         for n in block_norms:
             shapes[f"{b}.{n}.weight"] = (d,)
 
-    if scheme in ("pre_norm", "hybrid_norm", "hybrid_norm_star", "peri_norm", "mix_ln"):
+    if scheme in ("pre_norm", "hybrid_norm", "hybrid_norm_star", "peri_norm", "mix_ln", "reordered_norm"):
         end_norms = ["final_norm"]
     elif scheme in ("post_norm", "deep_norm"):
         end_norms = []

@@ -147,16 +147,17 @@ def hybrid_star_one_layer_is_pre_norm(check, maxdiff, tokens_for):
 
 def peri_norm_out_scale_invariance(check, maxdiff, tokens_for):
     # tiny eps so that the output norms are exactly scale invariant up to rounding
-    cfg = ref.make_config("peri_norm", norm_eps=1e-14)
-    P = ref.init_params(cfg, 14, DT)
-    tok = tokens_for(cfg)
-    Q = dict(P)
-    for l in range(cfg["n_layers"]):
-        Q[f"blocks.{l}.attn.out.weight"] = P[f"blocks.{l}.attn.out.weight"] * 3.0
-        Q[f"blocks.{l}.mlp.down.weight"] = P[f"blocks.{l}.mlp.down.weight"] * 0.25
-    d = maxdiff(_forward(cfg, P, tok)[0], _forward(cfg, Q, tok)[0])
-    check("peri_norm output norms make logits invariant to branch output scale (eps=1e-14)", d < 1e-9,
-          f"max logit diff {d:.2e}")
+    for scheme in ("peri_norm", "reordered_norm"):
+        cfg = ref.make_config(scheme, norm_eps=1e-14)
+        P = ref.init_params(cfg, 14, DT)
+        tok = tokens_for(cfg)
+        Q = dict(P)
+        for l in range(cfg["n_layers"]):
+            Q[f"blocks.{l}.attn.out.weight"] = P[f"blocks.{l}.attn.out.weight"] * 3.0
+            Q[f"blocks.{l}.mlp.down.weight"] = P[f"blocks.{l}.mlp.down.weight"] * 0.25
+        d = maxdiff(_forward(cfg, P, tok)[0], _forward(cfg, Q, tok)[0])
+        check(f"{scheme} output norms make logits invariant to branch output scale (eps=1e-14)",
+              d < 1e-9, f"max logit diff {d:.2e}")
 
 
 def siamese_streams_start_equal(check, maxdiff, tokens_for):
@@ -242,7 +243,7 @@ def schemes_differ_on_shared_weights(check, maxdiff, tokens_for):
         P = ref.init_params(cfg, 18, DT)   # same seed: shared names get identical values
         outs[scheme] = _forward(cfg, P, tok)[0]
     worst = min((maxdiff(outs[a], outs[b]), a, b) for a, b in itertools.combinations(outs, 2))
-    check("all 10 schemes give different logits on the same shared weights", worst[0] > 1e-3,
+    check(f"all {len(outs)} schemes give different logits on the same shared weights", worst[0] > 1e-3,
           f"closest pair {worst[1]} / {worst[2]}: {worst[0]:.3e}")
 
 
@@ -276,7 +277,7 @@ def param_overhead(check):
 
 def finite_difference_grads(check, tokens_for):
     worst = 0.0
-    for scheme in ("siamese_hybrid", "siamese", "resi_dual", "deep_norm", "peri_norm"):
+    for scheme in ("siamese_hybrid", "siamese", "resi_dual", "deep_norm", "peri_norm", "reordered_norm"):
         cfg = ref.make_config(scheme, z_loss=1e-3)
         P32 = ref.init_params(cfg, 20, torch.float32)
         tok = tokens_for(cfg)

@@ -101,6 +101,16 @@ def forward_peri_norm(P, cfg, X):
     return norm(P, "final_norm", X, cfg), {}
 
 
+def forward_reordered_norm(P, cfg, X):
+    """OLMo 2's reordered norm (arXiv 2501.00656): X = X + N_out(F(X)), the branch reads X as is."""
+    qn = qkv_norm_on(cfg)
+    for l in range(cfg["n_layers"]):
+        b = f"blocks.{l}"
+        X = X + norm(P, f"{b}.attn_out_norm", attention(P, f"{b}.attn", X, cfg, qn), cfg)
+        X = X + norm(P, f"{b}.mlp_out_norm", mlp(P, f"{b}.mlp", X, cfg), cfg)
+    return norm(P, "final_norm", X, cfg), {}
+
+
 def forward_mix_ln(P, cfg, X):
     qn = qkv_norm_on(cfg)
     n_post = mix_ln_post_layers(cfg)
@@ -204,4 +214,5 @@ FORWARDS = {
     "resi_dual": forward_resi_dual,
     "siamese": forward_siamese,
     "siamese_hybrid": forward_siamese_hybrid,
+    "reordered_norm": forward_reordered_norm,
 }

@@ -152,6 +152,7 @@ class Block(nn.Module):
         names = {"siamese": ["attn_post", "attn_y", "attn_in", "mlp_post", "mlp_y", "mlp_in"],
                  "siamese_hybrid": ["attn_y", "mlp", "mlp_y", "mlp_in"],
                  "peri_norm": ["attn", "attn_out", "mlp", "mlp_out"],
+                 "reordered_norm": ["attn_out", "mlp_out"],
                  "hybrid_norm": ["mlp"]}.get(scheme, ["attn", "mlp"])
         if scheme == "hybrid_norm_star" and layer > 0:
             names = ["mlp"]
@@ -177,6 +178,9 @@ class Block(nn.Module):
         if s == "peri_norm":
             x = x + n["attn_out"](A(n["attn"](x)))
             return x + n["mlp_out"](M(n["mlp"](x))), y
+        if s == "reordered_norm":
+            x = x + n["attn_out"](A(x))
+            return x + n["mlp_out"](M(x)), y
         if s in ("post_norm", "mix_ln"):
             x = n["attn"](x + A(x))
             return n["mlp"](x + M(x)), y

@@ -10,7 +10,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${NORMLAB_BUILD_DIR:-$root/build}
 py=${NORMLAB_VENV:-$root/.venv}/bin/python
-schemes=${1:-pre_norm,post_norm,deep_norm,hybrid_norm,hybrid_norm_star,peri_norm,mix_ln,resi_dual,siamese,siamese_hybrid}
+schemes=${1:-pre_norm,post_norm,deep_norm,hybrid_norm,hybrid_norm_star,peri_norm,mix_ln,resi_dual,siamese,siamese_hybrid,reordered_norm}
 steps=${2:-3} repeats=${3:-2} warmup=${4:-1}
 threads=$(nproc)
 "$root/tools/prepare_corpus.sh" >/dev/null

@@ -52,7 +52,8 @@ Runner setup_import(CLI::App& sub) {
   auto o = std::make_shared<Options>();
   sub.add_option("--from", o->from,
                  "the checkpoint's origin: olmo (the official SiameseNorm code) or hf (a Hugging "
-                 "Face save_pretrained folder of LlamaForCausalLM or OlmoeForCausalLM)")
+                 "Face save_pretrained folder of LlamaForCausalLM, OlmoeForCausalLM or "
+                 "Olmo2ForCausalLM)")
       ->required()
       ->check(CLI::IsMember({"olmo", "hf"}));
   sub.add_option("--checkpoint", o->checkpoint,

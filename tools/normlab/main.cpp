@@ -24,7 +24,7 @@ const Command kCommands[] = {
   {"generate", "continue a prompt with a trained model (temperature, top-k, top-p, KV cache)", normlab::cli::setup_generate},
   {"checkpoint", "join a sharded (multi-rank) checkpoint into a whole one (consolidate); show a checkpoint (inspect); check its checksums (verify)", normlab::cli::setup_checkpoint},
   {"export",  "export a checkpoint's model: model.safetensors, config.json, tokenizer", normlab::cli::setup_export},
-  {"import",  "a checkpoint of the official SiameseNorm code (--from olmo) or a Hugging Face Llama or OLMoE (--from hf) as a normlab run folder", normlab::cli::setup_import},
+  {"import",  "a checkpoint of the official SiameseNorm code (--from olmo) or a Hugging Face Llama, OLMoE or OLMo-2 (--from hf) as a normlab run folder", normlab::cli::setup_import},
   {"tokenizer", "train a SentencePiece tokenizer; encode and decode with one or a tokenizer.json", normlab::cli::setup_tokenizer},
   {"data",    "prepare token shards from text (data prepare), check them (data inspect)", normlab::cli::setup_data},
   {"info",    "parameters, FLOPs per token and memory per GPU of a configuration", normlab::cli::setup_info},

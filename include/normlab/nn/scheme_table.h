@@ -35,3 +35,5 @@ NORMLAB_SCHEME(siamese, Siamese, true, false, PreNorm)
 NORMLAB_SCHEME(siamese_hybrid, SiameseHybrid, true, true, HybridNorm)
 // Hyper-Connections: n residual streams mixed by learned width and depth connections
 NORMLAB_SCHEME(hyper, Hyper, false, false, PreNorm)
+// X = X + N_out(F(X)): OLMo 2's reordered norm (Peri-LN without the input norm)
+NORMLAB_SCHEME(reordered_norm, ReorderedNorm, false, false, ReorderedNorm)

@@ -1,18 +1,25 @@
 // Hugging Face transformers checkpoints (a save_pretrained folder: config.json and
-// model.safetensors, or shards listed in model.safetensors.index.json) of LlamaForCausalLM and
-// OlmoeForCausalLM as normlab pre_norm runs (`normlab import --from hf`; docs/interop.md).
-// Both are normlab's pre_norm block (input_layernorm = attn_norm before attention,
-// post_attention_layernorm = mlp_norm before the MLP), with RoPE on split halves as normlab's,
-// OLMoE with model.qk_norm: full and model.moe. The weights are the same tensors, some joined:
+// model.safetensors, or shards listed in model.safetensors.index.json) of LlamaForCausalLM,
+// OlmoeForCausalLM and Olmo2ForCausalLM as normlab runs (`normlab import --from hf`;
+// docs/interop.md). Llama and OLMoE are normlab's pre_norm block (input_layernorm = attn_norm
+// before attention, post_attention_layernorm = mlp_norm before the MLP), OLMo-2 its
+// reordered_norm block (post_attention_layernorm = attn_out_norm on attention's output,
+// post_feedforward_layernorm = mlp_out_norm on the MLP's), all with RoPE on split halves as
+// normlab's; OLMoE and OLMo-2 with model.qk_norm: full, OLMoE with model.moe. The weights are
+// the same tensors, some joined (a name of one scheme only, e.g. mlp_norm or attn_out_norm,
+// maps where that scheme is imported):
 //
 //   model.embed_tokens.weight                   embed.weight
 //   lm_head.weight                              head.weight (absent when tied)
 //   model.norm.weight                           final_norm.weight
 //   model.layers.<l>.input_layernorm.weight     blocks.<l>.attn_norm.weight
-//          post_attention_layernorm.weight                 mlp_norm.weight
+//          post_attention_layernorm.weight                 mlp_norm.weight (Llama, OLMoE)
+//          post_attention_layernorm.weight                 attn_out_norm.weight (OLMo-2)
+//          post_feedforward_layernorm.weight               mlp_out_norm.weight (OLMo-2)
 //          self_attn.q_proj|k_proj|v_proj.weight           attn.qkv.weight (rows q, k, v)
 //          self_attn.o_proj.weight                         attn.out.weight
-//          self_attn.q_norm|k_norm.weight                  attn.q_norm|k_norm.weight (OLMoE)
+//          self_attn.q_norm|k_norm.weight                  attn.q_norm|k_norm.weight (OLMoE,
+//                                                          OLMo-2)
 //          mlp.up_proj|gate_proj.weight                    mlp.up.weight (rows up, gate)
 //          mlp.down_proj.weight                            mlp.down.weight
 //          mlp.gate.weight                                 mlp.router.weight (OLMoE)
@@ -33,7 +40,7 @@ namespace normlab {
 /// one DIR/config.json describes, validated. From base.model only what config.json cannot say
 /// is kept: init, init_std, moe.z_loss_weight and moe.dispatch. Throws ConfigError naming the
 /// config.json key and value of every option normlab cannot express (an architecture other
-/// than the two above, rope scaling, biases, an activation other than silu, clip_qkv, ...).
+/// than the three above, rope scaling, biases, an activation other than silu, clip_qkv, ...).
 RunConfig hf_run_config(const std::string& dir, const RunConfig& base);
 
 /// The Hugging Face names whose tensors, joined along dim 0 in this order, make normlab's

@@ -19,6 +19,7 @@ SCHEMES = (
     "siamese",
     "siamese_hybrid",
     "hyper",
+    "reordered_norm",
 )
 
 

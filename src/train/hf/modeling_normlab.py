@@ -284,6 +284,8 @@ class NormlabBlock(nn.Module):
             norms = ["attn_norm", "mlp_norm"] if layer == 0 else ["mlp_norm"]
         elif scheme == "peri_norm":
             norms = ["attn_norm", "attn_out_norm", "mlp_norm", "mlp_out_norm"]
+        elif scheme == "reordered_norm":
+            norms = ["attn_out_norm", "mlp_out_norm"]
         elif scheme == "siamese":
             norms = []
             for s in ("attn", "mlp"):
@@ -322,6 +324,9 @@ class NormlabBlock(nn.Module):
         if s == "peri_norm":
             X = X + self.attn_out_norm(a(self.attn_norm(X)))
             return X + self.mlp_out_norm(self.mlp(self.mlp_norm(X))), Y
+        if s == "reordered_norm":  # OLMo 2's: the norm on each branch's output only
+            X = X + self.attn_out_norm(a(X))
+            return X + self.mlp_out_norm(self.mlp(X)), Y
         if s == "resi_dual":
             O = a(X)
             X, Y = self.attn_norm(X + O), Y + O
@@ -374,7 +379,7 @@ class NormlabModel(NormlabPreTrainedModel):
         self.blocks = nn.ModuleList(NormlabBlock(config, l) for l in range(config.n_layers))
         s, d = config.scheme, config.d_model
         ends = []
-        if s in ("pre_norm", "hybrid_norm", "hybrid_norm_star", "peri_norm", "mix_ln", "hyper"):
+        if s in ("pre_norm", "hybrid_norm", "hybrid_norm_star", "peri_norm", "mix_ln", "hyper", "reordered_norm"):
             ends = ["final_norm"]
         elif s == "resi_dual":
             ends = ["final_norm_y"]

@@ -260,3 +260,24 @@ TEST(Info, ModelsBeyondTheDevicesMemoryAreRefusedNamingTheirKey) {
   m.moe.top_k = 2;
   EXPECT_THAT(error_of(m), testing::HasSubstr("model.moe.n_experts = 64"));
 }
+
+// OLMo 2's reordered norm has Pre-Norm's count of norms (two per block and the final one, moved
+// to the branch outputs) and Peri-LN's without its two input norms per block; it is its own
+// base (no overhead line), as peri_norm is.
+TEST(Info, ReorderedNormCountsPreNormsParametersAndPeriLnsLessTheInputNorms) {
+  for (const QkNorm qk : {QkNorm::None, QkNorm::Full}) {
+    ModelConfig m = test::tiny_config(Scheme::ReorderedNorm);
+    m.qk_norm = qk;
+    const ParamCounts p = count_parameters(m);
+    EXPECT_EQ(p.base, Scheme::ReorderedNorm);
+    EXPECT_EQ(p.extra(), 0);
+    m.scheme = Scheme::PreNorm;
+    EXPECT_EQ(p.total, count_parameters(m).total);
+    m.scheme = Scheme::PeriNorm;
+    EXPECT_EQ(count_parameters(m).total - p.total, 2 * m.d_model * m.n_layers);
+  }
+  const RunConfig c =
+      config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/1.3b/reordered_norm.yaml");
+  const RunConfig pre = config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/1.3b/base.yaml");
+  EXPECT_EQ(count_parameters(c.model).total, count_parameters(pre.model).total);
+}

@@ -38,6 +38,7 @@ Names expected(Scheme s) {
       case Scheme::PeriNorm:
         add(block(l, {"attn_norm", "attn_out_norm", "mlp_norm", "mlp_out_norm"}, false));
         break;
+      case Scheme::ReorderedNorm: add(block(l, {"attn_out_norm", "mlp_out_norm"}, false)); break;
       case Scheme::Siamese:
         add(block(l,
                   {"attn_post_norm", "attn_y_norm", "attn_in_norm", "mlp_post_norm", "mlp_y_norm",

@@ -1,8 +1,8 @@
 // Hugging Face checkpoints (train/hf_import.h): the Hugging Face names of every parameter of a
-// Llama and an OLMoE model, pinned with their order; the joined tensors; the model section a
-// config.json gives; the options it cannot express, refused by key; the errors of a folder
-// that does not hold its model, and a tied head saved anyway. tests/cli/hf_import.sh checks the
-// logits against transformers.
+// Llama, an OLMoE and an OLMo-2 model, pinned with their order; the joined tensors; the model
+// section a config.json gives; the options it cannot express, refused by key; the errors of a
+// folder that does not hold its model, and a tied head saved anyway. tests/cli/hf_import.sh checks
+// the logits against transformers.
 #include <torch/torch.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -56,6 +56,29 @@ Sources hf_names(int layers, bool tied, int experts) {
   return n;
 }
 
+// OLMo-2: the reordered norm's two output norms in place of Llama's two input norms, and the
+// full-width q/k norms.
+Sources olmo2_hf_names(int layers) {
+  Sources n = hf_names(layers, false, 0);
+  for (int l = 0; l < layers; ++l) {
+    const std::string ours = "blocks." + std::to_string(l) + ".";
+    const std::string hf = "model.layers." + std::to_string(l) + ".";
+    n.erase(ours + "attn_norm.weight");
+    n.erase(ours + "mlp_norm.weight");
+    n[ours + "attn_out_norm.weight"] = {hf + "post_attention_layernorm.weight"};
+    n[ours + "mlp_out_norm.weight"] = {hf + "post_feedforward_layernorm.weight"};
+    n[ours + "attn.q_norm.weight"] = {hf + "self_attn.q_norm.weight"};
+    n[ours + "attn.k_norm.weight"] = {hf + "self_attn.k_norm.weight"};
+  }
+  return n;
+}
+
+ModelConfig olmo2_config() {
+  ModelConfig cfg = test::tiny_config(Scheme::ReorderedNorm);
+  cfg.qk_norm = QkNorm::Full;
+  return cfg;
+}
+
 ModelConfig olmoe_config() {
   ModelConfig cfg = test::tiny_config(Scheme::PreNorm);
   cfg.qk_norm = QkNorm::Full;
@@ -75,6 +98,12 @@ struct HfFolder {
   ~HfFolder() { fs::remove_all(path); }
   std::string path;
 };
+
+const char* const kOlmo2 = R"({"architectures": ["Olmo2ForCausalLM"], "vocab_size": 96,
+  "hidden_size": 32, "intermediate_size": 24, "num_hidden_layers": 3, "num_attention_heads": 4,
+  "num_key_value_heads": 2, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"},
+  "tie_word_embeddings": false, "max_position_embeddings": 4096, "attention_bias": false,
+  "attention_dropout": 0.0, "hidden_act": "silu"})";
 
 const char* const kOlmoe = R"({"architectures": ["OlmoeForCausalLM"], "vocab_size": 96,
   "hidden_size": 32, "intermediate_size": 24, "num_hidden_layers": 3, "num_attention_heads": 4,
@@ -136,7 +165,53 @@ TEST(HfImportTest, EveryParameterHasItsHuggingFaceNamesInOrder) {
   for (const auto& p : DecoderLM(moe, torch::kMeta)->named_parameters())
     got[p.key()] = hf_sources(p.key(), moe);
   EXPECT_EQ(got, hf_names(2, false, 3));
+  got.clear();
+  const ModelConfig olmo2 = olmo2_config();
+  for (const auto& p : DecoderLM(olmo2, torch::kMeta)->named_parameters())
+    got[p.key()] = hf_sources(p.key(), olmo2);
+  EXPECT_EQ(got, olmo2_hf_names(2));
   EXPECT_THROW(hf_sources("blocks.0.attn_y_norm.weight", moe), std::invalid_argument);
+}
+
+// OLMo-2's config.json is the reordered norm with full-width q/k norms; rms_norm_eps absent is
+// Olmo2Config's default, 1e-5.
+TEST(HfImportTest, Olmo2ConfigJsonGivesTheReorderedNormWithFullQkNorms) {
+  const ModelConfig m = hf_run_config(HfFolder(kOlmo2).path, RunConfig{}).model;
+  EXPECT_EQ(m.scheme, Scheme::ReorderedNorm);
+  EXPECT_EQ(m.qk_norm, QkNorm::Full);
+  EXPECT_FALSE(m.qkv_norm);
+  EXPECT_FALSE(m.moe.enabled());
+  EXPECT_EQ(m.d_model, 32);
+  EXPECT_EQ(m.n_kv_heads, 2);
+  EXPECT_DOUBLE_EQ(m.norm_eps, 1e-5);
+  EXPECT_DOUBLE_EQ(m.rope_theta, 500000.0);
+}
+
+// A Llama-shaped folder (input norms, no post-feedforward norm) is not an OLMo-2 model: the
+// error lists both sides of the difference.
+TEST(HfImportTest, Olmo2WeightsAreTheOutputNorms) {
+  const ModelConfig cfg = olmo2_config();
+  TensorDict hf = random_hf(cfg);
+  const TensorDict w = hf_to_normlab(hf, cfg, "test");
+  EXPECT_TRUE(torch::equal(w.at("blocks.1.attn_out_norm.weight"),
+                           hf["model.layers.1.post_attention_layernorm.weight"]));
+  EXPECT_TRUE(torch::equal(w.at("blocks.1.mlp_out_norm.weight"),
+                           hf["model.layers.1.post_feedforward_layernorm.weight"]));
+  hf["model.layers.0.input_layernorm.weight"] =
+      hf["model.layers.0.post_feedforward_layernorm.weight"];
+  hf.erase("model.layers.0.post_feedforward_layernorm.weight");
+  try {
+    hf_to_normlab(hf, cfg, "DIR");
+    FAIL() << "no error";
+  } catch (const CheckpointError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("does not have:\n    model.layers.0.input_layernorm.weight"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("the files lack:\n    model.layers.0.post_feedforward_layernorm.weight"),
+              std::string::npos)
+        << msg;
+  }
 }
 
 TEST(HfImportTest, JoinsTheTensorsRowWise) {
@@ -210,6 +285,7 @@ TEST(HfImportTest, ConfigJsonGivesTheModelSection) {
 
 TEST(HfImportTest, RefusesWhatNormlabCannotExpressByKey) {
   EXPECT_EQ(hf_error_of(kOlmoe), "");
+  EXPECT_EQ(hf_error_of(kOlmo2), "");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {olmoe_with("clip_qkv", "8.0"), "clip_qkv = 8.0: "},
       {olmoe_with("attention_bias", "true"), "attention_bias = true: "},
@@ -221,7 +297,6 @@ TEST(HfImportTest, RefusesWhatNormlabCannotExpressByKey) {
       {olmoe_with("head_dim", "16"), "head_dim = 16: "},
       {olmoe_with("max_position_embeddings", "32"), "max_position_embeddings = 32: "},
       {olmoe_with("quantization_config", "{}"), "quantization_config = {}: "},
-      {R"({"architectures": ["Olmo2ForCausalLM"]})", "OLMo-2 normalises each sub-layer's output"},
       {R"({"architectures": ["GPT2LMHeadModel"]})", "architectures = [\"GPT2LMHeadModel\"]: "},
       {R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 32})", "vocab_size = (absent)"}};
   for (const auto& [json, want] : cases) {

@@ -139,13 +139,13 @@ TEST(Spikes, ZScoreOverARollingWindow) {
 
 // The Hugging Face export's scheme list is read from the built-in configuration_normlab.py's
 // SCHEMES tuple: each entry is a scheme of the table, none twice, and the first and the last
-// of the tuple (pre_norm, hyper) are there, so the parse finds the tuple's ends. (That every
-// scheme of the table is listed, or why not, is the CTest scheme_lists' check.)
+// of the tuple (pre_norm, reordered_norm) are there, so the parse finds the tuple's ends. (That
+// every scheme of the table is listed, or why not, is the CTest scheme_lists' check.)
 TEST(HfExport, SchemeListIsTheBuiltInFiles) {
   const std::vector<std::string> names = hf_schemes();
   ASSERT_FALSE(names.empty());
   EXPECT_EQ(names.front(), "pre_norm");
-  EXPECT_EQ(names.back(), "hyper");
+  EXPECT_EQ(names.back(), "reordered_norm");
   for (size_t i = 0; i < names.size(); ++i) {
     EXPECT_NO_THROW(enum_from_name<Scheme>(names[i], "SCHEMES")) << names[i];
     for (size_t j = 0; j < i; ++j) EXPECT_NE(names[i], names[j]);
