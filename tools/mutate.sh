@@ -108,7 +108,10 @@ for name in "${names[@]}"; do
   if ! cmake --build "$build" "${targets[@]}" ${NORMLAB_JOBS:+-j "$NORMLAB_JOBS"} > "$out/$name.build.log" 2>&1; then
     result="does not compile" failed=
     stillborn=$((stillborn + 1))
-  elif ctest --test-dir "$build" -L unit -j2 --stop-on-failure --timeout 300 > "$out/$name.test.log" 2>&1; then
+  # Without mutations_apply, which fails whenever a mutation is in place (its text is gone):
+  # it would kill every mutation and, with --stop-on-failure, stop the tests that matter.
+  elif ctest --test-dir "$build" -L unit -E '^mutations_apply$' -j2 --stop-on-failure --timeout 300 \
+         > "$out/$name.test.log" 2>&1; then
     result=SURVIVED failed=
     survived=$((survived + 1)); survivors+=("$name")
   else

@@ -4,6 +4,7 @@
 // with one line naming the file.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -484,3 +485,35 @@ TEST(NpyHeader, VersionsShapesAndHostileHeadersAreCheckedByName) {
 }
 
 }  // namespace
+
+// The integer shares of 2^24 follow the largest-remainder rule exactly: each weight's floor of
+// its exact share, then the units left over, one each, to the largest remainders (the first
+// of equal ones). Written here independently of mixture.cpp, on weights whose remainders differ.
+TEST(Mixture, SharesAreTheLargestRemainderRule) {
+  const double units = 16777216.0;  // 2^24
+  auto expected = [&](const std::vector<double>& w) {
+    double total = 0;
+    for (double x : w) total += x;
+    std::vector<double> floor_of, rest;
+    double given = 0;
+    for (double x : w) {
+      const double exact = x / total * units;
+      floor_of.push_back(std::floor(exact));
+      rest.push_back(exact - std::floor(exact));
+      given += std::floor(exact);
+    }
+    std::vector<size_t> order(w.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return rest[a] > rest[b]; });
+    for (size_t k = 0; given < units; ++k, ++given) floor_of[order[k]] += 1;
+    return floor_of;
+  };
+  for (const std::vector<double>& w : std::vector<std::vector<double>>{
+           {0.7, 0.2, 0.1}, {1, 2, 4, 8, 16}, {0.3, 0.3, 0.4}, {5, 3}, {1e-3, 1, 1, 1}}) {
+    const MixturePlan plan(w, 8, 0);
+    const std::vector<double> want = expected(w);
+    for (size_t s = 0; s < w.size(); ++s)
+      EXPECT_EQ(plan.share(static_cast<int64_t>(s)) * units, want[s]) << "source " << s;
+  }
+}

@@ -160,3 +160,20 @@ TEST(EquivalenceReport, FindsADifferenceAndHolds) {
             std::string::npos)
       << h;
 }
+
+// The verdict rests on worst(): the largest row, wherever it is. A gradient that differs more
+// than the logits and the loss, or any one gradient alone, is the worst row and named.
+TEST(EquivalenceReport, WorstIsTheLargestRowWhereverItIs) {
+  eq::EquivalenceReport r;
+  r.logits = {"logits", 1e-9, 1.0};
+  r.loss = {"loss", 1e-8, 1.0};
+  r.gradients = {{"grad a", 1e-7, 1.0}, {"grad b", 1e-3, 1.0}, {"grad c", 1e-6, 1.0}};
+  EXPECT_EQ(r.worst(), 1e-3);
+  EXPECT_EQ(r.worst_row().what, "grad b");
+  r.gradients = {{"grad a", 0.0, 1.0}, {"grad b", 0.0, 1.0}, {"grad c", 0.5, 1.0}};
+  r.logits.max_rel = r.loss.max_rel = 0.0;
+  EXPECT_EQ(r.worst(), 0.5);
+  EXPECT_EQ(r.worst_row().what, "grad c");
+  r.loss.max_rel = 2.0;
+  EXPECT_EQ(r.worst_row().what, "loss");
+}
