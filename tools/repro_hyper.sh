@@ -29,11 +29,12 @@ n=$work/prefix/bin/normlab
 sweep=(sweep --sweep configs/sweeps/cpu_scale.yaml --seed "$seeds" --jobs "$jobs" --no-plots
        --set logging.every=10 --set train.precision="$precision")
 # out_std_mult=1: the study's init (configs/1.3b/hyper_dhc2.yaml's), not the default sqrt_n. The
-# base config's scheme is pre_norm, which refuses a hyper key off its default: hence model.scheme.
+# base config's scheme is pre_norm, which refuses a hyper key off its default: hence model.scheme
+# (and for siamese_dhc2).
 dhc2=(--set model.scheme=hyper --set model.hyper.n=2 --set model.hyper.dynamic=true
       --set model.hyper.tanh=true --set model.hyper.out_std_mult=1)
-siamese_dhc2=(--set model.siamese.hyper.n=2 --set model.siamese.hyper.dynamic=true
-              --set model.siamese.hyper.tanh=true)
+siamese_dhc2=(--set model.scheme=siamese_hybrid --set model.siamese.hyper.n=2
+              --set model.siamese.hyper.dynamic=true --set model.siamese.hyper.tanh=true)
 
 echo "== 1. pre_norm"
 "$n" "${sweep[@]}" --scheme pre_norm --out "$work/pre_norm"
