@@ -57,20 +57,6 @@ const std::map<std::string, std::vector<std::string>>& hf_block_sources() {
   return names;
 }
 
-std::string hf_shape_of(const torch::Tensor& t) {
-  std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + "]";
-}
-
-std::string hf_listed(const std::vector<std::string>& names) {
-  std::string s;
-  const size_t shown = std::min<size_t>(names.size(), 12);
-  for (size_t i = 0; i < shown; ++i) s += "\n    " + names[i];
-  if (names.size() > shown) s += "\n    ... and " + std::to_string(names.size() - shown) + " more";
-  return s;
-}
-
 std::string hf_joined(const std::vector<std::string>& names) {
   std::string s;
   for (const std::string& n : names) s += (s.empty() ? "" : " + ") + n;
@@ -85,7 +71,7 @@ torch::Tensor hf_join_sources(const std::vector<torch::Tensor>& parts, const tor
   std::string shapes;
   bool same_rank = true;
   for (const torch::Tensor& p : parts) {
-    shapes += (shapes.empty() ? "" : " + ") + hf_shape_of(p);
+    shapes += (shapes.empty() ? "" : " + ") + imported_shape_text(p);
     same_rank =
         same_rank && p.dim() == parts[0].dim() && p.sizes().slice(1) == parts[0].sizes().slice(1);
   }
@@ -95,7 +81,8 @@ torch::Tensor hf_join_sources(const std::vector<torch::Tensor>& parts, const tor
     if (want.dim() == t.dim() + 1 && t.numel() == want.numel() && t.size(-1) == want.size(-1))
       return t.view(want.sizes());
   }
-  error = shapes + " in the file, " + hf_shape_of(want) + " in the model config.json describes";
+  error =
+      shapes + " in the file, " + imported_shape_text(want) + " in the model config.json describes";
   return {};
 }
 
@@ -202,9 +189,10 @@ TensorDict hf_to_normlab(const TensorDict& hf, const ModelConfig& cfg, const std
       unknown.push_back(name);
   if (unknown.empty() && missing.empty() && shapes.empty()) return out;
   std::string msg = what + " does not hold the model its config.json describes:";
-  if (!unknown.empty()) msg += "\n  names the model does not have:" + hf_listed(unknown);
-  if (!missing.empty()) msg += "\n  names the model needs and the files lack:" + hf_listed(missing);
-  if (!shapes.empty()) msg += "\n  shapes that differ:" + hf_listed(shapes);
+  if (!unknown.empty()) msg += "\n  names the model does not have:" + imported_name_lines(unknown);
+  if (!missing.empty())
+    msg += "\n  names the model needs and the files lack:" + imported_name_lines(missing);
+  if (!shapes.empty()) msg += "\n  shapes that differ:" + imported_name_lines(shapes);
   throw CheckpointError(msg);
 }
 

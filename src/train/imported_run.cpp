@@ -4,6 +4,7 @@
 #include <ATen/core/Generator.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <mutex>
 #include <vector>
@@ -42,6 +43,20 @@ std::string imported_run_save(const TensorDict& weights, const RunConfig& cfg,
   write_file_atomic((fs::path(run_dir) / "config.yaml").string(),
                     [&](FileWriter& w) { w.write(ck.config_yaml); });
   return checkpoint_save(run_dir, ck, /*keep=*/1);
+}
+
+std::string imported_shape_text(const torch::Tensor& t) {
+  std::string s = "[";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
+}
+
+std::string imported_name_lines(const std::vector<std::string>& names) {
+  std::string s;
+  const size_t shown = std::min<size_t>(names.size(), 12);
+  for (size_t i = 0; i < shown; ++i) s += "\n    " + names[i];
+  if (names.size() > shown) s += "\n    ... and " + std::to_string(names.size() - shown) + " more";
+  return s;
 }
 
 }  // namespace normlab

@@ -42,20 +42,6 @@ const std::map<std::string, std::string>& block_names() {
   return names;
 }
 
-std::string shape_of(const torch::Tensor& t) {
-  std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + "]";
-}
-
-std::string listed(const std::vector<std::string>& names) {
-  std::string s;
-  const size_t shown = std::min<size_t>(names.size(), 12);
-  for (size_t i = 0; i < shown; ++i) s += "\n    " + names[i];
-  if (names.size() > shown) s += "\n    ... and " + std::to_string(names.size() - shown) + " more";
-  return s;
-}
-
 }  // namespace
 
 void olmo_check_config(const ModelConfig& cfg) {
@@ -114,8 +100,9 @@ TensorDict olmo_to_normlab(const TensorDict& olmo, const ModelConfig& cfg,
     if (it == olmo.end()) {
       missing.push_back(name);
     } else if (it->second.sizes() != ours.second.sizes()) {
-      shapes.push_back(name + " (" + ours.first + "): " + shape_of(it->second) + " in the file, " +
-                       shape_of(ours.second) + " in the configured model");
+      shapes.push_back(name + " (" + ours.first + "): " + imported_shape_text(it->second) +
+                       " in the file, " + imported_shape_text(ours.second) +
+                       " in the configured model");
     } else {
       out[ours.first] = it->second.to(torch::kCPU, torch::kFloat).contiguous();
     }
@@ -124,9 +111,10 @@ TensorDict olmo_to_normlab(const TensorDict& olmo, const ModelConfig& cfg,
   std::string msg = what + " does not hold the configured siamese_hybrid model (" +
                     std::to_string(cfg.n_layers) + " layers, d_model " +
                     std::to_string(cfg.d_model) + "):";
-  if (!unknown.empty()) msg += "\n  names the model does not have:" + listed(unknown);
-  if (!missing.empty()) msg += "\n  names the model needs and the file lacks:" + listed(missing);
-  if (!shapes.empty()) msg += "\n  shapes that differ:" + listed(shapes);
+  if (!unknown.empty()) msg += "\n  names the model does not have:" + imported_name_lines(unknown);
+  if (!missing.empty())
+    msg += "\n  names the model needs and the file lacks:" + imported_name_lines(missing);
+  if (!shapes.empty()) msg += "\n  shapes that differ:" + imported_name_lines(shapes);
   msg +=
       "\n  (check the config's model section: n_layers, d_model, n_heads, n_kv_heads, d_ff, "
       "vocab_size, model.siamese.input_norm for ff_input_norm, model.siamese.output_fusion for "

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "normlab/config/config.h"
 #include "normlab/util/safetensors.h"
@@ -17,5 +18,10 @@ namespace normlab {
 /// folder that already holds checkpoints. Returns the checkpoint folder.
 std::string imported_run_save(const TensorDict& weights, const RunConfig& cfg,
                               const std::string& run_dir, int64_t step, const std::string& what);
+
+/// For an import's errors: a tensor's shape as "[a, b]", and up to 12 names, one an indented
+/// line each, then how many more.
+std::string imported_shape_text(const torch::Tensor& t);
+std::string imported_name_lines(const std::vector<std::string>& names);
 
 }  // namespace normlab
