@@ -8,6 +8,9 @@ set(NORMLAB_SOURCES
   config/sweep_file.cpp
   config/sweep_grid.cpp
   data/data_prepare.cpp
+  data/format_megatron.cpp
+  data/format_shards.cpp
+  data/format_tokens.cpp
   data/hf_bpe.cpp
   data/hf_pretokenizer.cpp
   data/hf_tokenizer.cpp
@@ -16,11 +19,12 @@ set(NORMLAB_SOURCES
   data/megatron_index.cpp
   data/mixture.cpp
   data/npy.cpp
+  data/permutation.cpp
   data/shard.cpp
   data/source.cpp
   data/text_input.cpp
   data/token_array.cpp
-  data/token_sources.cpp
+  data/token_format.cpp
   data/sentencepiece_tokenizer.cpp
   data/tokenizer.cpp
   distributed/comm/mpi.cpp

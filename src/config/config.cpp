@@ -7,6 +7,7 @@
 
 #include "config/config_codec.h"
 #include "config/config_schema.h"
+#include "config/data_sources_yaml.h"
 #include "normlab/util/error.h"
 
 namespace normlab {
@@ -88,7 +89,7 @@ void validate(const RunConfig& c) {
                "model.scheme = siamese or siamese_hybrid", scheme);
   require_grouped_dispatch_fits(c.model, c.train.precision);
   require(c.data.seq_len > 0, "data.seq_len", c.data.seq_len, "must be positive");
-  require(c.data.val.size() <= 1, "data.val", sources_text(c.data.val),
+  require(c.data.val.size() <= 1, "data.val", config_yaml::sources_text(c.data.val),
           "one source (a mixture is for data.train)");
 
   const OptimizerConfig& o = c.optimizer;

@@ -7,6 +7,7 @@
 
 #include "config/config_codec.h"
 #include "config/config_schema.h"
+#include "config/data_sources_yaml.h"
 #include "normlab/config/config_io.h"
 
 namespace normlab {
@@ -34,7 +35,8 @@ class Lister {
     rows_.push_back({prefix_ + key, "string", "\"" + field + "\"", doc});
   }
   void operator()(const char* key, std::vector<DataSource>& field, const char* doc) {
-    rows_.push_back({prefix_ + key, "sources", "\"" + sources_text(field) + "\"", doc});
+    rows_.push_back(
+        {prefix_ + key, "sources", "\"" + config_yaml::sources_text(field) + "\"", doc});
   }
   template <class S>
   void section(const char* key, S& sub, const char*) {

@@ -61,7 +61,8 @@ SourcesError decode_one(const YAML::Node& n, const std::string& where, DataSourc
 void encode_one(YAML::Emitter& out, const DataSource& s) {
   out << YAML::Flow << YAML::BeginMap << YAML::Key << "path" << YAML::Value << YAML::DoubleQuoted
       << s.path;
-  if (s.format != "shards") out << YAML::Key << "format" << YAML::Value << s.format;
+  if (s.format != DataFormat::Shards)
+    out << YAML::Key << "format" << YAML::Value << std::string(enum_name(s.format));
   if (!s.dtype.empty()) out << YAML::Key << "dtype" << YAML::Value << s.dtype;
   if (s.eos >= 0) out << YAML::Key << "eos" << YAML::Value << s.eos;
   if (s.weight != 1.0)
@@ -99,6 +100,15 @@ void encode_sources(YAML::Emitter& out, const std::vector<DataSource>& sources) 
     for (const auto& s : sources) encode_one(out, s);
     out << YAML::EndSeq;
   }
+}
+
+std::string sources_text(const std::vector<DataSource>& sources) {
+  if (sources.size() == 1 && is_plain_folder(sources[0])) return sources[0].path;
+  if (sources.empty()) return "";
+  YAML::Emitter out;
+  out << YAML::Flow;
+  encode_sources(out, sources);
+  return out.c_str();
 }
 
 }  // namespace normlab::config_yaml

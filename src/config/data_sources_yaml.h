@@ -23,4 +23,8 @@ SourcesError decode_sources(const YAML::Node& n, std::vector<DataSource>& out);
 /// flow map, several as a list of flow maps.
 void encode_sources(YAML::Emitter& out, const std::vector<DataSource>& sources);
 
+/// The sources as one line of YAML flow text for messages and the reference: a plain folder
+/// as its path, else what encode_sources writes. Empty for no sources.
+std::string sources_text(const std::vector<DataSource>& sources);
+
 }  // namespace normlab::config_yaml

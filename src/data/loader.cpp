@@ -1,21 +1,15 @@
 #include "normlab/data/loader.h"
 
+#include "data/token_format.h"
+#include "normlab/data/permutation.h"
 #include "normlab/data/tokenizer.h"
 
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <filesystem>
 
 namespace normlab {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // One (B, T + 1) buffer, sample b from fill(b, row).
 template <class Fill>
@@ -36,9 +30,7 @@ Batch make_batch(const TokenDataset& data, const std::vector<int64_t>& ids) {
 
 void check_vocabulary(const ShardIndex& index, const std::string& dir, int64_t model_vocab_size,
                       const std::string& tokenizer_path) {
-  if (static_cast<int64_t>(index.vocab_size) > model_vocab_size)
-    throw ShardError(dir + ": the shards use a tokenizer of " + std::to_string(index.vocab_size) +
-                     " pieces, more than model.vocab_size = " + std::to_string(model_vocab_size));
+  check_shard_vocab_size(index, dir, model_vocab_size);
   if (!tokenizer_path.empty()) {
     const Tokenizer tok(tokenizer_path);
     if (tok.checksum() != index.tokenizer_crc32)
@@ -48,57 +40,25 @@ void check_vocabulary(const ShardIndex& index, const std::string& dir, int64_t m
   }
 }
 
-int64_t permute_index(int64_t i, int64_t n, uint64_t key) {
-  TORCH_CHECK(n > 0 && i >= 0 && i < n, "permute_index: ", i, " outside [0, ", n, ")");
-  if (n == 1) return 0;
-  int bits = 2;
-  while ((int64_t{1} << bits) < n) ++bits;
-  bits += bits & 1;  // an even number of bits: two equal halves
-  const int half = bits / 2;
-  const uint64_t mask = (uint64_t{1} << half) - 1;
-  uint64_t x = static_cast<uint64_t>(i);
-  do {  // cycle walking: re-encrypt until the value falls inside [0, n)
-    uint64_t l = x >> half, r = x & mask;
-    for (uint64_t round = 0; round < 4; ++round) {
-      const uint64_t f = splitmix64(r ^ splitmix64(key + round)) & mask;
-      const uint64_t nl = r;
-      r = l ^ f;
-      l = nl;
-    }
-    x = (l << half) | r;
-  } while (x >= static_cast<uint64_t>(n));
-  return static_cast<int64_t>(x);
-}
-
 TokenDataset::TokenDataset(const std::string& dir, const std::string& split, int64_t seq_len,
                            bool verify)
-    : source_{dir}, seq_len_(seq_len) {
-  if (seq_len < 1)
-    throw ShardError("data.seq_len must be positive, got " + std::to_string(seq_len));
-  open_shards(dir, split, verify);
-}
+    : TokenDataset(DataSource(dir, DataFormat::Shards, "", -1, 1.0, verify), split, seq_len, 0) {}
 
-void TokenDataset::open_shards(const std::string& dir, const std::string& split, bool verify) {
-  index_ = shard_index_read(dir);
-  const auto it = index_.splits.find(split);
-  if (it == index_.splits.end()) throw ShardError(dir + "/index.json: no split '" + split + "'");
-  for (const ShardEntry& e : it->second.shards) {
-    const std::string path = (std::filesystem::path(dir) / e.file).string();
-    auto f = std::make_shared<ShardFile>(path);
-    if (f->header().tokens != e.tokens || f->header().crc32 != e.crc32 ||
-        f->header().token_bytes != index_.token_bytes ||
-        f->header().vocab_size != index_.vocab_size)
-      throw ShardError(path +
-                       ": does not match index.json (token count, checksum, width or vocabulary)");
-    if (verify) f->verify();
-    const char* payload = f->payload();
-    add(TokenArray(f, payload, e.tokens, index_.token_bytes == 2 ? TokenType::U16 : TokenType::U32,
-                   path, kShardHeaderBytes));
-  }
-  documents_ = static_cast<int64_t>(it->second.documents);
+TokenDataset::TokenDataset(const DataSource& source, const std::string& split, int64_t seq_len,
+                           int64_t model_vocab_size)
+    : source_(source), seq_len_(seq_len) {
+  if (seq_len < 1) throw DataError("data.seq_len must be positive, got " + std::to_string(seq_len));
+  if (const std::string err = source_error(source); !err.empty())
+    throw DataError(source.path + ": " + err);
+  OpenedTokens opened = token_format(source.format).open(source, split, model_vocab_size);
+  index_ = std::move(opened.index);
+  documents_ = opened.documents;
+  vocab_ = opened.checked_vocab;
+  for (TokenArray& a : opened.arrays) add(std::move(a));
+  if (!arrays_.empty()) index_.token_bytes = token_type_bytes(arrays_.front().type());
   if (total_samples_ == 0)
-    throw ShardError(
-        dir + ": split '" + split + "' holds " + std::to_string(it->second.tokens) +
+    throw DataError(
+        opened.what + " holds " + std::to_string(num_tokens()) +
         " tokens, not enough for one sample of seq_len + 1 = " + std::to_string(seq_len_ + 1));
 }
 

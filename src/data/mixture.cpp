@@ -3,20 +3,13 @@
 #include <cmath>
 #include <string>
 
-#include "normlab/data/loader.h"
+#include "normlab/data/permutation.h"
 #include "normlab/util/error.h"
 
 namespace normlab {
 namespace {
 
 constexpr uint64_t kMixUnits = uint64_t{1} << 24;
-
-uint64_t mix_hash(uint64_t x) {  // splitmix64's finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // floor(c * n / kMixUnits) without overflow for any n < 2^63.
 int64_t mix_scaled(uint64_t c, int64_t n) {
@@ -80,7 +73,7 @@ std::pair<int64_t, int64_t> MixturePlan::draw(int64_t p) const {
   // The step's slots in a shuffled order; the first c_0 of that order go to source 0, ...
   const int64_t q = permute_index(
       slot, global_batch_,
-      mix_hash(seed_ ^ 0x6d69787475726573ull) ^ mix_hash(static_cast<uint64_t>(block)));
+      splitmix64(seed_ ^ 0x6d69787475726573ull) ^ splitmix64(static_cast<uint64_t>(block)));
   int64_t first = 0;
   for (int64_t s = 0; s < sources(); ++s) {
     const int64_t before = draws_before(s, start);

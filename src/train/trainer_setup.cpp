@@ -93,7 +93,7 @@ void Trainer::Impl::load_data() {
   std::vector<double> weights;
   for (const DataSource& s : cfg.data.train) {
     auto d = std::make_shared<TokenDataset>(s, "train", cfg.data.seq_len, cfg.model.vocab_size);
-    if (s.format == "shards")
+    if (s.format == DataFormat::Shards)
       check_vocabulary(d->index(), s.path, cfg.model.vocab_size, cfg.data.tokenizer);
     if (!train_data) train_data = d;
     sources.push_back(std::move(d));
@@ -126,14 +126,14 @@ void Trainer::Impl::load_validation() {
   DataSource source;
   if (!cfg.data.val.empty())
     source = cfg.data.val[0];
-  else if (cfg.data.train.size() == 1 && cfg.data.train[0].format == "shards")
+  else if (cfg.data.train.size() == 1 && cfg.data.train[0].format == DataFormat::Shards)
     source.path = cfg.data.train[0].path;
   if (source.path.empty()) {
     if (log) log->warn("no data.val for a data.train of this kind: no evaluation");
     return;
   }
   std::shared_ptr<TokenDataset> val_data;
-  if (source.format == "shards") {
+  if (source.format == DataFormat::Shards) {
     const ShardIndex vidx = shard_index_read(source.path);
     const auto it = vidx.splits.find("val");
     if (it == vidx.splits.end() || it->second.tokens <= static_cast<uint64_t>(cfg.data.seq_len)) {
@@ -171,8 +171,8 @@ void Trainer::Impl::describe_data() {
                   100.0 * static_cast<double>(draws) / static_cast<double>(total),
                   static_cast<long long>(draws),
                   static_cast<double>(draws) / static_cast<double>(d.num_samples()));
-    info("data source " + std::to_string(s) + " (" + d.source().format + " " + d.source().path +
-         ")" + msg + (draws > d.num_samples() ? ": it repeats" : ""));
+    info("data source " + std::to_string(s) + " (" + std::string(enum_name(d.source().format)) +
+         " " + d.source().path + ")" + msg + (draws > d.num_samples() ? ": it repeats" : ""));
   }
 }
 

@@ -29,7 +29,9 @@ int main(int argc, char** argv) {
 
   const RunConfig cfg = config_load(config);
   if (data.empty() && cfg.data.train.empty()) throw ConfigError(config + ": no data.train");
-  const DataSource source = data.empty() ? cfg.data.train[0] : DataSource{data, format, dtype};
+  const DataSource source =
+      data.empty() ? cfg.data.train[0]
+                   : DataSource{data, enum_from_name<DataFormat>(format, "--format"), dtype};
   const auto dataset =
       std::make_shared<TokenDataset>(source, "train", cfg.data.seq_len, cfg.model.vocab_size);
   LoaderOptions lo;
@@ -73,8 +75,8 @@ int main(int argc, char** argv) {
 
   std::printf("loader vs CPU training step, %s (%s, %d threads), data %s (%s, %s):\n",
               config.c_str(), std::string(enum_name(cfg.model.scheme)).c_str(),
-              at::get_num_threads(), source.path.c_str(), source.format.c_str(),
-              dataset->dtype().c_str());
+              at::get_num_threads(), source.path.c_str(),
+              std::string(enum_name(source.format)).c_str(), dataset->dtype().c_str());
   std::printf("  loader          %12.0f tokens/s\n", loader_tps);
   std::printf("  training step   %12.0f tokens/s  (%.2f s per step of %.0f tokens)\n", train_tps,
               train_s / steps, tokens_per_step);

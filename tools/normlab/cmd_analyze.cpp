@@ -69,7 +69,8 @@ void print_table(const DiagnosticsReport& r, int64_t n_layers) {
 
 Runner setup_analyze(CLI::App& sub) {
   struct Options {
-    std::string checkpoint, data, split, format = "shards", dtype, out, device = "cpu";
+    std::string checkpoint, data, split, dtype, out, device = "cpu";
+    DataFormat format = DataFormat::Shards;
     int64_t batch = 8, top_k = 4, seq_len = 0;
     bool no_pruning = false, no_plots = false, overwrite = false;
   };
@@ -115,7 +116,7 @@ Runner setup_analyze(CLI::App& sub) {
     LoadedModel m = load_model(o->checkpoint, device);
     const int64_t seq_len = o->seq_len > 0 ? o->seq_len : m.seq_len > 0 ? m.seq_len : 256;
     std::string split = o->split;
-    if (split.empty() && o->format == "shards")
+    if (split.empty() && o->format == DataFormat::Shards)
       split = shard_index_read(o->data).splits.count("val") ? "val" : "train";
     const auto data = open_eval_data(o->data, o->format, o->dtype, split, seq_len,
                                      m.model->config.vocab_size, "");
@@ -136,7 +137,9 @@ Runner setup_analyze(CLI::App& sub) {
 
     std::cout << "model " << m.from << " (" << enum_name(m.model->config.scheme) << ", step "
               << m.step << "), " << b.inputs.size(0) << " x " << seq_len << " tokens of " << o->data
-              << " (" << (o->format == "shards" ? split : o->format) << ")\n";
+              << " ("
+              << (o->format == DataFormat::Shards ? split : std::string(enum_name(o->format)))
+              << ")\n";
     print_table(r, m.model->config.n_layers);
     if (!o->no_plots) {
       contract.keep_previous(/*by_link=*/false, plots);  // matplotlib writes in place

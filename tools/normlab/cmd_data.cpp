@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "command.h"
+#include "eval_data.h"
 #include "normlab/data/data_prepare.h"
 #include "normlab/data/loader.h"
 #include "normlab/data/shard.h"
@@ -45,7 +46,7 @@ int inspect_source(const DataSource& source, int64_t seq_len, int64_t vocab,
     vocab = source.dtype == "uint16" ? 65536 : int64_t{1} << 31;
   const TokenDataset data(source, "train", seq_len, vocab);
   const auto files = data.files();
-  std::cout << source.path << ": " << source.format << ", " << data.dtype() << " ids, "
+  std::cout << source.path << ": " << enum_name(source.format) << ", " << data.dtype() << " ids, "
             << files.size() << (files.size() == 1 ? " file" : " files") << " (" << files.front()
             << (files.size() > 1 ? " ..." : "") << ")\n";
   std::cout << "  " << data.num_tokens() << " tokens, "
@@ -95,7 +96,7 @@ Runner setup_data(CLI::App& sub) {
   i->add_option("dir", *dir, "shard folder, token file (or glob) or Megatron prefix")->required();
   i->add_option("--seq-len", *seq_len, "sample length to count samples with")
       ->capture_default_str();
-  i->add_option("--format", source->format, "shards, tokens or megatron")->capture_default_str();
+  add_format_option(*i, source->format, "shards, tokens or megatron");
   i->add_option("--dtype", source->dtype,
                 "tokens: uint16, uint32, int32 or int64 (a .npy file's header gives its own)");
   i->add_option("--eos", source->eos, "end-of-document id: documents are counted");
@@ -125,7 +126,7 @@ Runner setup_data(CLI::App& sub) {
                   s.word_cache ? ", word cache" : "");
       return 0;
     }
-    if (source->format != "shards") {
+    if (source->format != DataFormat::Shards) {
       source->path = *dir;
       return inspect_source(*source, *seq_len, *vocab, *tok);
     }

@@ -23,8 +23,8 @@ namespace fs = std::filesystem;
 
 Runner setup_eval(CLI::App& sub) {
   struct Options {
-    std::string checkpoint, data, split = "val", format = "shards", dtype, tokenizer, out,
-                                  device = "cpu";
+    std::string checkpoint, data, split = "val", dtype, tokenizer, out, device = "cpu";
+    DataFormat format = DataFormat::Shards;
     std::vector<std::string> tasks;
     int64_t batches = 0, batch = 8, seq_len = 0;
     bool overwrite = false;
@@ -95,7 +95,8 @@ Runner setup_eval(CLI::App& sub) {
       const std::vector<int32_t> bytes = tok ? tok->token_byte_lengths() : std::vector<int32_t>{};
       const EvalResult r =
           evaluate(*m.model, loader, o->batches, device, false, tok ? &bytes : nullptr);
-      const std::string part = o->format == "shards" ? o->split : o->format;
+      const std::string part =
+          o->format == DataFormat::Shards ? o->split : std::string(enum_name(o->format));
       std::cout << std::fixed << std::setprecision(4) << part << ": loss " << r.loss
                 << ", perplexity " << r.perplexity << " (" << r.tokens << " tokens)";
       if (r.bytes > 0)

@@ -1,27 +1,39 @@
 #include "eval_data.h"
 
 #include <stdexcept>
+#include <vector>
 
 #include "normlab/data/shard.h"
 #include "normlab/data/source.h"
 
 namespace normlab::cli {
 
-void add_data_format_options(CLI::App& sub, std::string& format, std::string& dtype) {
-  sub.add_option("--format", format,
-                 "--data is a shard folder, a flat token array (tokens: a file or glob) or a "
-                 "Megatron dataset (megatron: the .bin/.idx prefix)")
-      ->check(CLI::IsMember({"shards", "tokens", "megatron"}))
-      ->capture_default_str();
+void add_format_option(CLI::App& sub, DataFormat& format, const std::string& help) {
+  std::vector<std::string> names;
+  for (const DataFormat f : enum_values<DataFormat>()) names.emplace_back(enum_name(f));
+  sub.add_option_function<std::string>(
+         "--format",
+         [&format](const std::string& name) {
+           format = enum_from_name<DataFormat>(name, "--format");
+         },
+         help)
+      ->check(CLI::IsMember(names))
+      ->default_str(std::string(enum_name(format)));
+}
+
+void add_data_format_options(CLI::App& sub, DataFormat& format, std::string& dtype) {
+  add_format_option(sub, format,
+                    "--data is a shard folder, a flat token array (tokens: a file or glob) or a "
+                    "Megatron dataset (megatron: the .bin/.idx prefix)");
   sub.add_option("--dtype", dtype, "tokens: uint16 or uint32 (megatron: read from the .idx)");
 }
 
-std::shared_ptr<TokenDataset> open_eval_data(const std::string& path, const std::string& format,
+std::shared_ptr<TokenDataset> open_eval_data(const std::string& path, DataFormat format,
                                              const std::string& dtype, const std::string& split,
                                              int64_t seq_len, int64_t model_vocab_size,
                                              const std::string& tokenizer) {
   std::shared_ptr<TokenDataset> data;
-  if (format == "shards") {
+  if (format == DataFormat::Shards) {
     const ShardIndex index = shard_index_read(path);
     if (!index.splits.count(split))
       throw std::invalid_argument(path + ": no split '" + split + "'");
@@ -32,9 +44,9 @@ std::shared_ptr<TokenDataset> open_eval_data(const std::string& path, const std:
                                           model_vocab_size);
   }
   if (data->num_samples() < 1)
-    throw std::invalid_argument(path + (format == "shards" ? ": split '" + split + "'" : "") +
-                                " holds less than one sequence of " + std::to_string(seq_len + 1) +
-                                " tokens");
+    throw std::invalid_argument(
+        path + (format == DataFormat::Shards ? ": split '" + split + "'" : "") +
+        " holds less than one sequence of " + std::to_string(seq_len + 1) + " tokens");
   return data;
 }
 

@@ -57,11 +57,7 @@ class TokenDataset {
   void sample(int64_t i, int64_t* out) const;
 
  private:
-  void open_shards(const std::string& dir, const std::string& split, bool verify);
-  void open_tokens(int64_t model_vocab_size);
-  void open_megatron(int64_t model_vocab_size);
   void add(TokenArray array);
-  void require_samples(const std::string& what) const;
 
   DataSource source_;
   ShardIndex index_;
@@ -141,9 +137,5 @@ class ValLoader {
 /// Throws ShardError naming the folder, the file and the numbers.
 void check_vocabulary(const ShardIndex& index, const std::string& dir, int64_t model_vocab_size,
                       const std::string& tokenizer_path);
-
-/// A bijection of [0, n) chosen by `key` (a Feistel network with cycle walking): the sample
-/// order of one epoch. O(1) memory, so any position of any epoch is computed directly.
-int64_t permute_index(int64_t i, int64_t n, uint64_t key);
 
 }  // namespace normlab

@@ -43,7 +43,7 @@ struct DistEnv {
 /// Reads, in order of precedence: torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 /// MASTER_PORT, TORCHELASTIC_*), Open MPI / PMIx (OMPI_COMM_WORLD_*, PMIX_RANK), Slurm
 /// (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID). None: a single process. Throws
-/// std::invalid_argument naming the variable when a value is malformed or out of range.
+/// DistributedError naming the variable when a value is malformed or out of range.
 /// Without MASTER_ADDR, a Slurm job on more than one node (SLURM_JOB_NUM_NODES or SLURM_NNODES
 /// above 1) takes the first host of SLURM_JOB_NODELIST (or SLURM_NODELIST); a single node keeps
 /// 127.0.0.1.
@@ -114,9 +114,9 @@ struct CommOptions {
 /// The communicator for `env` on `device` (NCCL runs on that CUDA device: resolve it with
 /// resolve_device(name, gpu_placement(env))): SingleProcess when env.world == 1 (unless
 /// engine_for_one on a CUDA device); throws
-/// std::invalid_argument when the backend does not fit the device or the launcher (MPI needs
-/// mpirun or srun; NCCL needs a CUDA build and device, and a rendezvous address), naming what
-/// to change.
+/// ConfigError when the backend does not fit the device or the launcher (MPI needs mpirun or
+/// srun; NCCL needs a CUDA build and device), and DistributedError without a rendezvous
+/// address (DistEnv::master_addr_problem says why), naming what to change.
 std::unique_ptr<Communicator> make_communicator(const DistEnv& env, const CommOptions& options,
                                                 torch::Device device);
 

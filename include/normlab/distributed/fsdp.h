@@ -1,50 +1,9 @@
 // Fsdp: ZeRO-3 / FSDP-style sharding, a layer applied to a built DecoderLM (the model code
-// knows only its ForwardHooks).
-//
-// Units: one per block, plus a root unit of everything else (embedding, end norms, head).
-// Each unit's parameters are flattened in name order, padded to a multiple of the shard group
-// size S, and cut into S equal fp32 shards; the rank of index s in its group keeps shard s
-// (shard_param) and its gradient (shard_grad) and nothing else between steps: the module's
-// parameters hold no storage.
-//   groups    plain FSDP: S = W, one group. Hybrid sharding (shard_size S below W, a divisor):
-//             ranks r with the same r / S form a shard group (the communicator split), and
-//             ranks with the same r % S a replica group of W / S ranks holding the same shard.
-//             Gathers and reduce-scatters run within the shard group; each reduced shard
-//             gradient is then all-reduced over the replica group (summed over all W ranks).
-//   forward   before a unit runs, its shards are all-gathered into a flat buffer and the
-//             module's parameters become views into it; after the block it is freed again
-//             (reshard_after_forward) unless gradients are off. The root unit stays gathered
-//             from the embedding until its gradients are reduced.
-//   dtypes    shards, shard gradients and optimizer state are fp32. With param_dtype bf16 the
-//             shards travel rounded to bf16 (half the traffic) and are widened into the
-//             module's fp32 parameters, so the model computes from bf16-rounded weights (what
-//             bf16 autocast feeds its matmuls anyway) and its gradients stay fp32; with
-//             reduce_dtype bf16 the gradients are summed over ranks in bf16, else in fp32.
-//             A float64 model (train.precision fp64, for exact checks) keeps everything fp64.
-//             keep_fp32 names parameters that are gathered and reduced in the shards' dtype
-//             whatever these say (norm gains, scalars: what bf16 autocast would not round);
-//             when a gather or reduction is narrower, they form a unit of their own beside
-//             the block's (or the root's), gathered and freed with it.
-//   prefetch  the next unit's all-gather (forward: block l+1; backward: block l-1) is started
-//             before the current unit computes, so that an engine that overlaps (NCCL, on its
-//             own stream) moves it while the block runs; at most one unit is in flight
-//   backward  an identity autograd node on each block's outputs gathers the unit again before
-//             its backward; when every parameter of a unit has accumulated its gradient (grad
-//             accumulator post hooks), the flat gradient is reduce-scattered (sum / W: the
-//             global-batch mean) into shard_grad and the full gradient and parameters freed.
-//   overlap   that reduce-scatter is started, not waited for: it runs while the blocks before
-//             it compute their backward (NCCL on its own stream; MPI whenever the engine is
-//             entered) and is completed when the next unit's starts or in finish_backward, so
-//             at most one unit's flat gradient is in flight beside the one being filled.
-//   sync      set_gradient_sync(false) before a micro-step's backward (gradient accumulation,
-//             distributed.reduce per_step): each unit's gradient is added to an unsharded flat
-//             buffer of the unit instead of being reduced; the micro-step with sync on reduces
-//             that sum once. Costs one unsharded gradient (in the shards' dtype) per rank.
-// The optimizer sees pieces(): per parameter, the 1-D view of the elements this rank holds,
-// with the weight-decay decision of the whole parameter. Pieces of one parameter over the shard
-// ranks 0..S-1 concatenate to the flattened parameter, which is what sharded checkpoints and
-// their consolidation rely on (checkpoint.h; under hybrid sharding the first replica group
-// writes them, as a checkpoint of S ranks).
+// knows only its ForwardHooks). One unit per block plus a root unit (embedding, end norms,
+// head); each unit's parameters are flattened, padded and cut into equal fp32 shards, gathered
+// before the unit runs and reduce-scattered after its backward. How a step runs (units,
+// hybrid groups, dtypes and keep_fp32, prefetch, overlap, gradient accumulation) and what
+// pieces() promise the checkpoints: docs/distributed.md, "What a step does".
 #pragma once
 
 #include <torch/types.h>

@@ -315,10 +315,10 @@ TEST(Config, DataSourcesAndMixtures) {
                "{path: v.bin, format: tokens, dtype: uint32, verify: false}\n");
   const RunConfig c = config_load(dir / "mix.yaml");
   ASSERT_EQ(c.data.train.size(), 2u);
-  EXPECT_EQ(c.data.train[0].format, "tokens");
+  EXPECT_EQ(c.data.train[0].format, DataFormat::Tokens);
   EXPECT_EQ(c.data.train[0].eos, 0);
   EXPECT_DOUBLE_EQ(c.data.train[1].weight, 0.3);
-  EXPECT_EQ(c.data.train[1].format, "megatron");
+  EXPECT_EQ(c.data.train[1].format, DataFormat::Megatron);
   ASSERT_EQ(c.data.val.size(), 1u);
   EXPECT_FALSE(c.data.val[0].verify);
   const std::string text = config_to_yaml(c);

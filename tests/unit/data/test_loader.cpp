@@ -3,6 +3,7 @@
 
 #include "normlab/data/data_prepare.h"
 #include "normlab/data/loader.h"
+#include "normlab/data/permutation.h"
 #include "support.h"
 
 using namespace normlab;
@@ -151,7 +152,7 @@ TEST_F(LoaderTest, RejectsInconsistentBatchSizes) {
   EXPECT_THROW(TrainLoader(train(), opts(3, 8, 0, 1)), c10::Error);
   EXPECT_THROW(TrainLoader(train(), opts(2, 8, 4, 4)), c10::Error);
   EXPECT_THROW(TokenDataset(*dir_ / "shards", "nope", 16), ShardError);
-  EXPECT_THROW(TokenDataset(*dir_ / "shards", "val", 1 << 20), ShardError);  // no full sample
+  EXPECT_THROW(TokenDataset(*dir_ / "shards", "val", 1 << 20), DataError);  // no full sample
 }
 
 }  // namespace

@@ -112,25 +112,26 @@ void expect_error(const std::function<void()>& f, const std::string& file,
 }
 
 TEST_F(TokenSourcesTest, NanoGptUint16ArrayReadsAsWritten) {
-  const auto d = open({path("flat16.bin"), "tokens", "uint16", 0});
+  const auto d = open({path("flat16.bin"), DataFormat::Tokens, "uint16", 0});
   expect_samples(*d, truth("flat16"));
   EXPECT_EQ(d->dtype(), "uint16");
   EXPECT_EQ(d->documents(), expected_["datasets"]["flat16"]["documents"].get<int64_t>());
 }
 
 TEST_F(TokenSourcesTest, OlmoUint32ArraysReadInSortedOrder) {
-  const auto d = open({path("olmo32/part-*.npy"), "tokens", "uint32", 0}, 32);
+  const auto d = open({path("olmo32/part-*.npy"), DataFormat::Tokens, "uint32", 0}, 32);
   ASSERT_EQ(d->files().size(), 2u);
   expect_samples(*d, truth("olmo32"));
   EXPECT_EQ(d->documents(), expected_["datasets"]["olmo32"]["documents"].get<int64_t>());
 }
 
 TEST_F(TokenSourcesTest, MegatronDatasetsReadAsWritten) {
-  const auto d32 = open({path("mega32"), "megatron"});
+  const auto d32 = open({path("mega32"), DataFormat::Megatron});
   expect_samples(*d32, truth("mega32"));
   EXPECT_EQ(d32->dtype(), "int32");
   EXPECT_EQ(d32->documents(), expected_["datasets"]["mega32"]["documents"].get<int64_t>());
-  const auto d16 = open({path("mega16.idx"), "megatron"}, 8);  // a prefix with .idx works too
+  const auto d16 =
+      open({path("mega16.idx"), DataFormat::Megatron}, 8);  // a prefix with .idx works too
   expect_samples(*d16, truth("mega16"));
   EXPECT_EQ(d16->dtype(), "uint16");
   EXPECT_EQ(d16->documents(), expected_["datasets"]["mega16"]["documents"].get<int64_t>());
@@ -140,7 +141,7 @@ TEST_F(TokenSourcesTest, MegatronDatasetsReadAsWritten) {
 // batches; two ranks' micro-batches together are the one-process global batch; one epoch
 // visits every sample once.
 TEST_F(TokenSourcesTest, LoaderResumesExactlyAndSplitsAcrossRanks) {
-  const DataSource src{path("flat16.bin"), "tokens", "uint16", 0};
+  const DataSource src{path("flat16.bin"), DataFormat::Tokens, "uint16", 0};
   const auto d = open(src);
   const int64_t G = 8, N = d->num_samples();
   const TrainLoader one(d, source_opts(4, G, 0, 1, 11));
@@ -175,8 +176,8 @@ TEST_F(TokenSourcesTest, LoaderResumesExactlyAndSplitsAcrossRanks) {
 // so the tokens of the batches say where they came from. The shares are counted from the
 // batches, not from the plan.
 TEST_F(TokenSourcesTest, MixtureDrawsByWeightRepeatsTheSmallSourceAndResumes) {
-  const DataSource a{path("mix_a.bin"), "tokens", "uint16", 0, 0.7};
-  const DataSource b{path("mix_b"), "megatron", "", 0, 0.3};
+  const DataSource a{path("mix_a.bin"), DataFormat::Tokens, "uint16", 0, 0.7};
+  const DataSource b{path("mix_b"), DataFormat::Megatron, "", 0, 0.3};
   const auto da = open(a), db = open(b);
   const int64_t G = 10, steps = 1000;
   const TrainLoader loader({da, db}, {0.7, 0.3}, source_opts(5, G, 0, 1, 3));
@@ -269,53 +270,57 @@ TEST(Mixture, PlanCountsAreExactAndOneSourceIsTheIdentity) {
 TEST_F(TokenSourcesTest, HostileFilesFailWithOneLineNamingTheFile) {
   expect_error(
       [&] {
-        open({path("bad_truncated.bin"), "tokens", "uint16"});
+        open({path("bad_truncated.bin"), DataFormat::Tokens, "uint16"});
       },
       "bad_truncated.bin", "not a whole number of uint16 ids");
   expect_error(
       [&] {
-        open({path("bad_uint32.bin"), "tokens", "uint16"});
+        open({path("bad_uint32.bin"), DataFormat::Tokens, "uint16"});
       },
       "bad_uint32.bin", "is its dtype uint32?");
   expect_error(
       [&] {
-        open({path("flat16.bin"), "tokens", "uint32"});
+        open({path("flat16.bin"), DataFormat::Tokens, "uint32"});
       },
       "flat16.bin", "is its dtype uint16?");
   const auto& bad = expected_["datasets"]["bad_id"];
   const std::string at = "token id " + std::to_string(bad["id"].get<int64_t>()) + " at offset " +
                          std::to_string(bad["offset"].get<int64_t>()) + " (byte " +
                          std::to_string(2 * bad["offset"].get<int64_t>()) + ")";
-  expect_error([&] { open({path("bad_id.bin"), "tokens", "uint16"}); }, "bad_id.bin", at);
+  expect_error([&] { open({path("bad_id.bin"), DataFormat::Tokens, "uint16"}); }, "bad_id.bin", at);
   // Unverified at open, the bad id still stops the sample that holds it.
-  const auto unverified = open({path("bad_id.bin"), "tokens", "uint16", -1, 1.0, false});
+  const auto unverified = open({path("bad_id.bin"), DataFormat::Tokens, "uint16", -1, 1.0, false});
   std::vector<int64_t> row(17);
   const int64_t holder = bad["offset"].get<int64_t>() / 16;
   expect_error([&] { unverified->sample(holder, row.data()); }, "bad_id.bin", at);
   expect_error(
       [&] {
-        open({path("bad_pointers"), "megatron"});
+        open({path("bad_pointers"), DataFormat::Megatron});
       },
       "bad_pointers.idx", "the sizes do not add up");
   expect_error(
       [&] {
-        open({path("bad_lengths"), "megatron"});
+        open({path("bad_lengths"), DataFormat::Megatron});
       },
       "bad_lengths.bin", "the sizes do not add up");
   expect_error(
       [&] {
-        open({path("bad_docs"), "megatron"});
+        open({path("bad_docs"), DataFormat::Megatron});
       },
       "bad_docs.idx", "the document index ends at sequence 5");
   expect_error(
       [&] {
-        open({path("mega32"), "megatron", "uint16"});
+        open({path("mega32"), DataFormat::Megatron, "uint16"});
       },
       "mega32.idx", "holds int32 ids");
-  expect_error([&] { open({path("nothing_here"), "megatron"}); }, "nothing_here.idx", "not found");
   expect_error(
       [&] {
-        open({path("flat16.bin"), "tokens", "uint16", 1000});
+        open({path("nothing_here"), DataFormat::Megatron});
+      },
+      "nothing_here.idx", "not found");
+  expect_error(
+      [&] {
+        open({path("flat16.bin"), DataFormat::Tokens, "uint16", 1000});
       },
       "flat16.bin", "eos 1000");
 }
@@ -353,17 +358,19 @@ TEST(MegatronIndex, TruncatedOrForeignIndexesAreRefused) {
 }
 
 TEST_F(TokenSourcesTest, NumPyFilesReadThroughTheirHeader) {
-  const auto d16 = open({path("saved16.npy"), "tokens", "", 0});  // the header gives the dtype
+  const auto d16 =
+      open({path("saved16.npy"), DataFormat::Tokens, "", 0});  // the header gives the dtype
   expect_samples(*d16, truth("saved16"));
   EXPECT_EQ(d16->dtype(), "uint16");
   EXPECT_EQ(d16->documents(), expected_["datasets"]["saved16"]["documents"].get<int64_t>());
-  const auto d64 = open({path("saved64_v2.npy"), "tokens", "int64"});  // a matching dtype is fine
+  const auto d64 =
+      open({path("saved64_v2.npy"), DataFormat::Tokens, "int64"});  // a matching dtype is fine
   expect_samples(*d64, truth("saved64_v2"));
   EXPECT_EQ(d64->dtype(), "int64");
-  const auto d32 = open({path("saved32_v3.npy"), "tokens"});
+  const auto d32 = open({path("saved32_v3.npy"), DataFormat::Tokens});
   expect_samples(*d32, truth("saved32_v3"));
   EXPECT_EQ(d32->dtype(), "uint32");
-  const auto raw = open({path("raw_i32.bin"), "tokens", "int32", 0});
+  const auto raw = open({path("raw_i32.bin"), DataFormat::Tokens, "int32", 0});
   expect_samples(*raw, truth("raw_i32"));
   EXPECT_EQ(raw->documents(), expected_["datasets"]["raw_i32"]["documents"].get<int64_t>());
 }
@@ -371,53 +378,53 @@ TEST_F(TokenSourcesTest, NumPyFilesReadThroughTheirHeader) {
 TEST_F(TokenSourcesTest, BadNumPyHeadersAndNegativeIdsAreRefusedByName) {
   expect_error(
       [&] {
-        open({path("bad_npy_fortran.npy"), "tokens"});
+        open({path("bad_npy_fortran.npy"), DataFormat::Tokens});
       },
       "bad_npy_fortran.npy", "Fortran order");
   expect_error(
       [&] {
-        open({path("bad_npy_float.npy"), "tokens"});
+        open({path("bad_npy_float.npy"), DataFormat::Tokens});
       },
       "bad_npy_float.npy", "dtype '<f4' does not hold token ids");
   expect_error(
       [&] {
-        open({path("bad_npy_big.npy"), "tokens"});
+        open({path("bad_npy_big.npy"), DataFormat::Tokens});
       },
       "bad_npy_big.npy", "dtype '>u2' is big-endian");
   expect_error(
       [&] {
-        open({path("bad_npy_cut.npy"), "tokens"});
+        open({path("bad_npy_cut.npy"), DataFormat::Tokens});
       },
       "bad_npy_cut.npy", "(truncated)");
   expect_error(
       [&] {
-        open({path("saved16.npy"), "tokens", "uint32"});
+        open({path("saved16.npy"), DataFormat::Tokens, "uint32"});
       },
       "saved16.npy", "a .npy array of uint16 ids, the source says dtype uint32");
   expect_error(
       [&] {
-        open({path("flat16.bin"), "tokens"});
+        open({path("flat16.bin"), DataFormat::Tokens});
       },
       "flat16.bin", "a raw token array (no .npy header) needs the source's dtype");
   // A source's files share one dtype.
   expect_error(
       [&] {
-        open({path("saved*.npy"), "tokens"});
+        open({path("saved*.npy"), DataFormat::Tokens});
       },
       "saved32_v3.npy",
       "holds uint32 ids, " + path("saved16.npy") + " of the same source holds uint16");
   // Negative ids in signed arrays: .npy, raw and Megatron; verified at open, or when read.
   const auto& bad = expected_["datasets"]["bad_neg"];
   const std::string at = "token id -3 at offset " + std::to_string(bad["offset"].get<int64_t>());
-  expect_error([&] { open({path("bad_neg.npy"), "tokens"}); }, "bad_neg.npy", at);
+  expect_error([&] { open({path("bad_neg.npy"), DataFormat::Tokens}); }, "bad_neg.npy", at);
   expect_error(
       [&] {
-        open({path("bad_neg_i64.bin"), "tokens", "int64"});
+        open({path("bad_neg_i64.bin"), DataFormat::Tokens, "int64"});
       },
       "bad_neg_i64.bin",
       at + " (byte " + std::to_string(8 * bad["offset"].get<int64_t>()) + ") is negative");
-  expect_error([&] { open({path("bad_neg_mega"), "megatron"}); }, "bad_neg_mega.bin", at);
-  const auto unverified = open({path("bad_neg.npy"), "tokens", "", -1, 1.0, false});
+  expect_error([&] { open({path("bad_neg_mega"), DataFormat::Megatron}); }, "bad_neg_mega.bin", at);
+  const auto unverified = open({path("bad_neg.npy"), DataFormat::Tokens, "", -1, 1.0, false});
   std::vector<int64_t> row(17);
   const int64_t holder = bad["offset"].get<int64_t>() / 16;
   expect_error([&] { unverified->sample(holder, row.data()); }, "bad_neg.npy", at);
