@@ -99,9 +99,11 @@ set(NORMLAB_SOURCES
   train/stability.cpp
   train/train_flags.cpp
   train/trainer.cpp
+  train/trainer_checkpoints.cpp
+  train/trainer_context.cpp
+  train/trainer_data.cpp
   train/trainer_logs.cpp
-  train/trainer_resume.cpp
-  train/trainer_setup.cpp
+  train/trainer_state.cpp
   util/cpu_allocator.cpp
   util/device.cpp
   util/file_io.cpp

@@ -1,14 +1,16 @@
-// The trainer's outputs besides checkpoints: metrics.jsonl (one line per step), diagnostics.jsonl,
-// the TensorBoard events, and the log's progress, evaluation and FSDP memory lines. Only rank 0
-// writes the run folder's files.
+// RunLogs: the trainer's outputs besides checkpoints (trainer_logs.h).
+#include "train/trainer_logs.h"
+
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
 
-#include "normlab/eval/diagnostics.h"
+#include "normlab/eval/info.h"
+#include "normlab/nn/attention.h"
 #include "normlab/util/device.h"
-#include "train/trainer_impl.h"
+#include "normlab/util/file_io.h"
 
 namespace normlab {
 namespace fs = std::filesystem;
@@ -98,103 +100,108 @@ std::vector<Scalar> diagnostics_scalars(const DiagnosticsReport& d) {
 
 // metrics.jsonl and diagnostics.jsonl keep the lines of the steps before the resume point. Only
 // rank 0 writes the run folder's files.
-void Trainer::Impl::open_logs() {
-  metrics_path = (fs::path(o.run_dir) / "metrics.jsonl").string();
-  if (lead) {
-    keep_lines_up_to(metrics_path, st.step);
-    metrics.open(metrics_path, std::ios::app);
+void RunLogs::open(const RunContext& ctx, int64_t step) {
+  const RunConfig& cfg = ctx.cfg;
+  metrics_path_ = (fs::path(ctx.o.run_dir) / "metrics.jsonl").string();
+  if (ctx.lead) {
+    keep_lines_up_to(metrics_path_, step);
+    metrics_.open(metrics_path_, std::ios::app);
     // The events of steps after the resume point go, as the metrics lines do, also when a
     // resumed run turns TensorBoard off.
-    const std::string tb = (fs::path(o.run_dir) / "tensorboard").string();
+    const std::string tb = (fs::path(ctx.o.run_dir) / "tensorboard").string();
     if (cfg.logging.tensorboard) {
-      events = std::make_unique<EventWriter>(tb, st.step);
-      info("tensorboard: " + events->path());
+      events_ = std::make_unique<EventWriter>(tb, step);
+      ctx.info("tensorboard: " + events_->path());
     } else if (fs::exists(tb)) {
-      events_keep_up_to(tb, st.step);
+      events_keep_up_to(tb, step);
     }
   }
   if (cfg.diagnostics.every > 0) {
-    const std::string path = (fs::path(o.run_dir) / "diagnostics.jsonl").string();
-    keep_lines_up_to(path, st.step);
-    diagnostics.open(path, std::ios::app);
-    diag_batch = {diag_batch.inputs.to(device), diag_batch.targets.to(device)};
+    const std::string path = (fs::path(ctx.o.run_dir) / "diagnostics.jsonl").string();
+    keep_lines_up_to(path, step);
+    diagnostics_.open(path, std::ios::app);
   }
 }
 
-void Trainer::Impl::write_metrics(const nlohmann::json& line) {
-  if (!lead) return;
-  metrics << line.dump() << "\n" << std::flush;
-  write_events(line.value("step", int64_t{0}), metrics_scalars(line));
-  if (!metrics && !metrics_failed) {  // the run goes on; the next checkpoint save decides
-    metrics_failed = true;
-    if (log)
-      log->error(metrics_path + ": write failed (disk full?): later steps are missing from it");
+void RunLogs::write_metrics(const RunContext& ctx, const nlohmann::json& line) {
+  if (!ctx.lead) return;
+  metrics_ << line.dump() << "\n" << std::flush;
+  write_events(ctx, line.value("step", int64_t{0}), metrics_scalars(line));
+  if (!metrics_ && !metrics_failed_) {  // the run goes on; the next checkpoint save decides
+    metrics_failed_ = true;
+    if (ctx.log)
+      ctx.log->error(metrics_path_ +
+                     ": write failed (disk full?): later steps are missing from it");
   }
 }
 
-void Trainer::Impl::write_diagnostics(const DiagnosticsReport& d) {
-  diagnostics << diagnostics_json(d) << "\n" << std::flush;
-  write_events(d.step, diagnostics_scalars(d));
+void RunLogs::write_diagnostics(const RunContext& ctx, const DiagnosticsReport& d) {
+  diagnostics_ << diagnostics_json(d) << "\n" << std::flush;
+  write_events(ctx, d.step, diagnostics_scalars(d));
 }
 
-void Trainer::Impl::write_events(int64_t step, const std::vector<Scalar>& scalars) {
-  if (!events || events->scalars(step, scalars) || events_failed) return;
-  events_failed = true;  // as for metrics.jsonl: the run goes on
-  if (log)
-    log->error(events->path() + ": write failed (disk full?): later steps may be missing from it");
+void RunLogs::write_events(const RunContext& ctx, int64_t step,
+                           const std::vector<Scalar>& scalars) {
+  if (!events_ || events_->scalars(step, scalars) || events_failed_) return;
+  events_failed_ = true;  // as for metrics.jsonl: the run goes on
+  if (ctx.log)
+    ctx.log->error(events_->path() +
+                   ": write failed (disk full?): later steps may be missing from it");
 }
 
-void Trainer::Impl::log_progress(const StepMetrics& m) {
-  window_seconds += m.seconds;
-  ++window_steps;
+void RunLogs::log_step(const RunContext& ctx, const StepMetrics& m) {
+  const RunConfig& cfg = ctx.cfg;
+  step_secs_.push_back(m.seconds);
+  window_seconds_ += m.seconds;
+  ++window_steps_;
   if (m.step % cfg.logging.every != 0 && m.step != 1 && m.step != cfg.train.steps) return;
-  const double tps = tokens_per_step * static_cast<double>(window_steps) / window_seconds;
+  const double tps = tokens_per_step_ * static_cast<double>(window_steps_) / window_seconds_;
   char msg[256];
   int n = std::snprintf(msg, sizeof msg,
                         "step %lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s",
                         static_cast<long long>(m.step), static_cast<long long>(cfg.train.steps),
                         m.loss, m.lr, m.grad_norm, tps);
-  if (device.is_cuda() && peak)
+  if (ctx.device.is_cuda() && peak_)
     n += std::snprintf(msg + n, sizeof msg - n, " | mfu %.1f%% (%.1f%% of measured)",
-                       100.0 * tps * flops_token / peak->flops,
-                       100.0 * tps * flops_token / matmul_flops);
-  else if (device.is_cuda())
+                       100.0 * tps * flops_token_ / peak_->flops,
+                       100.0 * tps * flops_token_ / matmul_flops_);
+  else if (ctx.device.is_cuda())
     n += std::snprintf(msg + n, sizeof msg - n, " | mfu %.1f%% of measured",
-                       100.0 * tps * flops_token / matmul_flops);
+                       100.0 * tps * flops_token_ / matmul_flops_);
   std::snprintf(msg + n, sizeof msg - n, " | mem %.2f GiB | eta %s",
-                device_memory_bytes(device) / (1 << 30),
-                duration(window_seconds / static_cast<double>(window_steps) *
+                device_memory_bytes(ctx.device) / (1 << 30),
+                duration(window_seconds_ / static_cast<double>(window_steps_) *
                          static_cast<double>(cfg.train.steps - m.step))
                     .c_str());
-  info(msg);
-  window_seconds = 0.0;
-  window_steps = 0;
+  ctx.info(msg);
+  window_seconds_ = 0.0;
+  window_steps_ = 0;
 }
 
 // CUDA, at the end: the MFU of the steady state, this invocation's steps after the first
 // logging.mfu_warmup (eval/mfu.h), into summary.json and the log.
-void Trainer::Impl::log_mfu() {
-  sum.gpu = gpu_name;
-  sum.matmul_flops = matmul_flops;
-  const SteadyState w = steady_state(step_secs, tokens_per_step, cfg.logging.mfu_warmup);
+void RunLogs::log_mfu(const RunContext& ctx) {
+  sum_.gpu = gpu_name_;
+  sum_.matmul_flops = matmul_flops_;
+  const SteadyState w = steady_state(step_secs_, tokens_per_step_, ctx.cfg.logging.mfu_warmup);
   if (w.steps == 0) {
-    info("mfu: no step after the " + std::to_string(w.warmup) +
-         " warm-up steps (logging.mfu_warmup): not measured");
+    ctx.info("mfu: no step after the " + std::to_string(w.warmup) +
+             " warm-up steps (logging.mfu_warmup): not measured");
     return;
   }
-  sum.mfu_steps = w.steps;
-  const std::optional<Mfu> measured = mfu(w, flops_token, matmul_flops);
-  if (measured) sum.mfu_measured = measured->mean;
+  sum_.mfu_steps = w.steps;
+  const std::optional<Mfu> measured = mfu(w, flops_token_, matmul_flops_);
+  if (measured) sum_.mfu_measured = measured->mean;
   std::optional<Mfu> m;
-  if (peak) m = mfu(w, flops_token, peak->flops);
+  if (peak_) m = mfu(w, flops_token_, peak_->flops);
   char msg[320];
   int n = std::snprintf(msg, sizeof msg, "mfu over %lld steps after %lld warm-up steps: %.0f tok/s",
                         static_cast<long long>(w.steps), static_cast<long long>(w.warmup),
                         w.tokens_per_s);
   if (m) {
-    sum.mfu = m->mean;
-    sum.mfu_spread = m->spread;
-    sum.peak_flops = m->peak_flops;
+    sum_.mfu = m->mean;
+    sum_.mfu_spread = m->spread;
+    sum_.peak_flops = m->peak_flops;
     n += std::snprintf(
         msg + n, sizeof msg - n, ", MFU %.1f%% +- %.1f%% (min %.1f%%, max %.1f%%) of %.0f TFLOP/s",
         100 * m->mean, 100 * m->spread, 100 * m->min, 100 * m->max, m->peak_flops / 1e12);
@@ -202,45 +209,124 @@ void Trainer::Impl::log_mfu() {
   if (measured)
     std::snprintf(msg + n, sizeof msg - n, ", %.1f%% of the measured matmul rate",
                   100 * measured->mean);
-  info(msg);
+  ctx.info(msg);
 }
 
-// Under FSDP, once at rest after the first step: the state each rank holds, measured.
-void Trainer::Impl::log_fsdp_memory() {
-  if (!sharded || sum.unsharded_state_bytes != 0) return;
-  sum.rank_state_bytes = static_cast<int64_t>(
-      comm.max(static_cast<double>(fsdp->resident_bytes() + opt->state_bytes())));
-  sum.unsharded_state_bytes = n_params * 16;  // fp32 parameter, gradient, two moments
+void RunLogs::log_fsdp_memory(const RunContext& ctx, const RunState& state) {
+  if (!ctx.sharded || sum_.unsharded_state_bytes != 0) return;
+  const Fsdp& fsdp = *state.fsdp();
+  sum_.rank_state_bytes = static_cast<int64_t>(
+      ctx.comm.max(static_cast<double>(fsdp.resident_bytes() + state.optimizer().state_bytes())));
+  sum_.unsharded_state_bytes = state.parameter_count() * 16;  // fp32 weight, grad, 2 moments
   char msg[200];
   std::snprintf(
       msg, sizeof msg,
       "fsdp: at most %.3f MB of parameters, gradients and optimizer state per rank = "
       "%.4f of one unsharded process (%.3f MB); 1/%lld = %.4f",
-      static_cast<double>(sum.rank_state_bytes) / 1e6,
-      static_cast<double>(sum.rank_state_bytes) / static_cast<double>(sum.unsharded_state_bytes),
-      static_cast<double>(sum.unsharded_state_bytes) / 1e6,
-      static_cast<long long>(fsdp->shard_world()), 1.0 / static_cast<double>(fsdp->shard_world()));
-  info(msg);
+      static_cast<double>(sum_.rank_state_bytes) / 1e6,
+      static_cast<double>(sum_.rank_state_bytes) / static_cast<double>(sum_.unsharded_state_bytes),
+      static_cast<double>(sum_.unsharded_state_bytes) / 1e6,
+      static_cast<long long>(fsdp.shard_world()), 1.0 / static_cast<double>(fsdp.shard_world()));
+  ctx.info(msg);
+}
+
+void RunLogs::note_tasks(const EvalReport& e) {
+  for (const auto& [name, t] : e.tasks) final_tasks_[name] = t;
 }
 
 // Validation loss and task accuracies after `step` (0: the initial weights), into the log and
 // the metrics line.
-void Trainer::Impl::add_evaluation(int64_t step, nlohmann::json& line) {
-  const EvalReport e = evaluate();
+void RunLogs::record_evaluation(const RunContext& ctx, int64_t step, const EvalReport& e,
+                                nlohmann::json& line) {
+  note_tasks(e);
   for (const auto& [name, t] : e.tasks) {
     line["task_" + name + "_acc"] = t.acc;
     line["task_" + name + "_acc_norm"] = t.acc_norm;
-    info("task " + name + " step " + std::to_string(step) + ": acc " + std::to_string(t.acc) +
-         ", acc_norm " + std::to_string(t.acc_norm));
+    ctx.info("task " + name + " step " + std::to_string(step) + ": acc " + std::to_string(t.acc) +
+             ", acc_norm " + std::to_string(t.acc_norm));
   }
   if (e.val_loss >= 0) {
     line["val_loss"] = e.val_loss;
     line["val_ppl"] = e.perplexity;
     if (e.bits_per_byte >= 0) line["val_bits_per_byte"] = e.bits_per_byte;
-    info("eval step " + std::to_string(step) + ": val loss " + std::to_string(e.val_loss) +
-         ", perplexity " + std::to_string(e.perplexity) + " (" + std::to_string(e.tokens) +
-         " tokens)");
+    ctx.info("eval step " + std::to_string(step) + ": val loss " + std::to_string(e.val_loss) +
+             ", perplexity " + std::to_string(e.perplexity) + " (" + std::to_string(e.tokens) +
+             " tokens)");
   }
+}
+
+void RunLogs::describe_run(const RunContext& ctx, int64_t micro_steps,
+                           const std::string& fsdp_dtypes) {
+  const RunConfig& cfg = ctx.cfg;
+  const ParamCounts counts = count_parameters(cfg.model);
+  flops_token_ = flops_per_token(cfg.model, cfg.data.seq_len);
+  tokens_per_step_ = static_cast<double>(cfg.train.global_batch * cfg.data.seq_len);
+  const std::string attn_backend =
+      attention_backend(attention_options(cfg.model, ctx.device), cfg.train.micro_batch,
+                        cfg.data.seq_len, ctx.bf16 ? torch::kBFloat16 : torch::kFloat);
+  matmul_flops_ = ctx.device.is_cuda() ? measure_matmul_flops(ctx.device) : 0.0;
+  sum_.run_dir = ctx.o.run_dir;
+  sum_.scheme = std::string(enum_name(cfg.model.scheme));
+  sum_.steps_planned = cfg.train.steps;
+  sum_.parameters = counts.total;
+  sum_.attention_backend = attn_backend;
+  ctx.info("model " + sum_.scheme + ": " + std::to_string(counts.total) + " parameters on " +
+           ctx.device.str() +
+           (ctx.bf16   ? " (bf16 autocast)"
+            : ctx.fp64 ? " (fp64)"
+                       : " (fp32)") +
+           "; " + std::to_string(cfg.train.steps) + " steps of " +
+           std::to_string(cfg.train.global_batch) + " x " + std::to_string(cfg.data.seq_len) +
+           " tokens (" + std::to_string(micro_steps) + " micro-steps" +
+           (ctx.sharded ? " on each of " + std::to_string(ctx.world) + " ranks, FSDP over " +
+                              ctx.comm.backend() + fsdp_dtypes
+                        : "") +
+           "); run folder " + ctx.o.run_dir);
+  ctx.info("precision: " + ctx.precision.reason);
+  if (!ctx.precision.warning.empty() && ctx.log && ctx.lead) ctx.log->warn(ctx.precision.warning);
+}
+
+void RunLogs::describe_kernels(const RunContext& ctx) {
+  char msg[200];
+  std::snprintf(msg, sizeof msg,
+                "attention: SDPA backend %s; %.3g FLOP per token (6N + causal attention)",
+                sum_.attention_backend.c_str(), flops_token_);
+  ctx.info(msg);
+  if (!ctx.device.is_cuda()) return;
+  gpu_name_ = cuda_devices().at(static_cast<size_t>(std::max<int>(ctx.device.index(), 0))).name;
+  peak_ = mfu_peak(gpu_name_, ctx.cfg.logging.peak_tflops * 1e12);
+  if (peak_)
+    std::snprintf(msg, sizeof msg,
+                  "matmul: %.1f TFLOP/s measured (bf16 8192^3); MFU over %.0f TFLOP/s (%s, %s) "
+                  "and over this",
+                  matmul_flops_ / 1e12, peak_->flops / 1e12, gpu_name_.c_str(),
+                  peak_->model == "given" ? "logging.peak_tflops" : peak_->model.c_str());
+  else
+    std::snprintf(msg, sizeof msg,
+                  "matmul: %.1f TFLOP/s measured (bf16 8192^3); %s has no peak in the table: "
+                  "MFU over this only (logging.peak_tflops sets one)",
+                  matmul_flops_ / 1e12, gpu_name_.c_str());
+  ctx.info(msg);
+}
+
+RunSummary RunLogs::finish(const RunContext& ctx, RunStatus status, const RunState& state) {
+  const TrainState st = state.progress();
+  sum_.status = status;
+  sum_.steps = st.step;
+  sum_.final_train_loss = st.last_loss;
+  sum_.final_val_loss = st.last_val_loss;
+  sum_.val_perplexity = st.last_val_loss >= 0 ? std::exp(st.last_val_loss) : -1.0;
+  sum_.spikes = st.spikes;
+  sum_.max_grad_norm = st.max_grad_norm;
+  sum_.skipped_steps = st.skipped_steps;
+  sum_.tokens = st.tokens;
+  sum_.wall_seconds = st.wall_seconds;
+  sum_.peak_memory_bytes = device_memory_bytes(ctx.device, /*peak=*/true);
+  sum_.tasks = final_tasks_;
+  if (ctx.device.is_cuda()) log_mfu(ctx);
+  if (ctx.sharded) sum_.world_size = ctx.world;
+  if (ctx.lead) run_summary_write(ctx.o.run_dir, sum_);
+  return sum_;
 }
 
 }  // namespace normlab
