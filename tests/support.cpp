@@ -1,5 +1,6 @@
 #include "support.h"
 
+#include "normlab/data/data_prepare.h"
 #include "normlab/data/tokenizer.h"
 #include "normlab/nn/norm.h"
 
@@ -207,6 +208,18 @@ const std::string& test_tokenizer_path() {
     return tokenizer_train(o);
   }();
   return path;
+}
+
+std::string prepare_test_shards(const ScratchDir& dir, int docs, uint64_t seed,
+                                double val_fraction) {
+  write_text(dir / "a.txt", synthetic_corpus(docs, seed));
+  PrepareOptions o;
+  o.tokenizer = test_tokenizer_path();
+  o.inputs = {dir / "a.txt"};
+  o.out_dir = dir / "shards";
+  o.val_fraction = val_fraction;
+  data_prepare(o);
+  return o.out_dir;
 }
 
 void write_text(const std::string& path, const std::string& text) {

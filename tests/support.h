@@ -79,6 +79,11 @@ const std::string& test_tokenizer_path();
 /// Writes `text` to `path` (gzip-compressed when the path ends in .gz).
 void write_text(const std::string& path, const std::string& text);
 
+/// Writes synthetic_corpus(docs, seed) to DIR/a.txt and prepares it with the test tokenizer
+/// into DIR/shards, `val_fraction` of the documents for validation; returns that folder.
+std::string prepare_test_shards(const ScratchDir& dir, int docs, uint64_t seed,
+                                double val_fraction);
+
 /// Central difference of scalar f() along direction v of its input x (float64):
 /// (f(x + eps v) - f(x - eps v)) / (2 eps). x is modified in place and restored.
 double directional_derivative(const std::function<torch::Tensor()>& f, torch::Tensor x,

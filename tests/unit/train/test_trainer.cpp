@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include "normlab/config/config_io.h"
-#include "normlab/data/data_prepare.h"
 #include "normlab/nn/experts.h"
 #include "normlab/nn/model.h"
 #include "normlab/nn/weights.h"
@@ -26,13 +25,7 @@ class TrainerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test::ScratchDir("trainer");
-    test::write_text(*dir_ / "a.txt", test::synthetic_corpus(500, 31));
-    PrepareOptions o;
-    o.tokenizer = test::test_tokenizer_path();
-    o.inputs = {*dir_ / "a.txt"};
-    o.out_dir = *dir_ / "shards";
-    o.val_fraction = 0.1;
-    data_prepare(o);
+    test::prepare_test_shards(*dir_, 500, 31, 0.1);
   }
   static void TearDownTestSuite() {
     delete dir_;

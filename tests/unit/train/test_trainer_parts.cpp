@@ -7,7 +7,6 @@
 #include <sstream>
 
 #include "normlab/config/config_io.h"
-#include "normlab/data/data_prepare.h"
 #include "normlab/util/file_io.h"
 #include "support.h"
 #include "train/trainer_checkpoints.h"
@@ -25,13 +24,7 @@ class TrainerParts : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test::ScratchDir("trainer_parts");
-    test::write_text(*dir_ / "a.txt", test::synthetic_corpus(300, 7));
-    PrepareOptions o;
-    o.tokenizer = test::test_tokenizer_path();
-    o.inputs = {*dir_ / "a.txt"};
-    o.out_dir = *dir_ / "shards";
-    o.val_fraction = 0.1;
-    data_prepare(o);
+    test::prepare_test_shards(*dir_, 300, 7, 0.1);
   }
   static void TearDownTestSuite() {
     delete dir_;
