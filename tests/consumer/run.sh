@@ -25,6 +25,8 @@ done
 # ccache, where there is one: the compile is the same as a consumer's, only cached.
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+# Paths inside the checkout hashed relative to it (as the main build does): another clone hits.
+export CCACHE_BASEDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cmake -S "$here" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" \
       "-DCMAKE_PREFIX_PATH=$work/decoy;$work/prefix" "-DCONSUMER_CONFIGS_DIR=$src/configs" >"$work/configure.log" 2>&1 \
   || { cat "$work/configure.log"; fail "the consumer project does not configure"; }

@@ -15,6 +15,8 @@ mkdir -p "$build"
 # ccache, where there is one, as for the main build: a fresh clone's fuzz build is then a cache hit.
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+# Paths inside the checkout hashed relative to it (as the main build does): another clone hits.
+export CCACHE_BASEDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 if [ ! -f "$build/build.ninja" ]; then
   cmake -S "$here" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=None "${launcher[@]}" \
     >"$build/configure.log" 2>&1 \
