@@ -27,7 +27,7 @@ class RunLogs {
  public:
   /// Opens metrics.jsonl, diagnostics.jsonl (diagnostics.every) and the TensorBoard events
   /// (logging.tensorboard) for appending after `step`: the lines and events of the steps after
-  /// it (a resumed run's future) are dropped. Nothing is written before.
+  /// it (a resumed run's future) are dropped. The writes below come after it.
   void open(const RunContext& ctx, int64_t step);
 
   /// The run's shape in the log (model, parameters, device and precision, steps, micro-steps,
