@@ -99,10 +99,6 @@ double max_rel_error(const torch::Tensor& a, const torch::Tensor& b) {
   return ::testing::AssertionFailure() << s.str();
 }
 
-std::string data_path(const std::string& name) {
-  return std::string(NORMLAB_TEST_DATA_DIR) + "/" + name;
-}
-
 namespace {
 
 template <class T>

@@ -14,6 +14,7 @@
 #include "normlab/nn/model.h"
 #include "normlab/nn/model_config.h"
 #include "normlab/util/safetensors.h"
+#include "test_paths.h"
 
 /// Skips the current test (cleanly, as GTEST_SKIP) where CUDA is not available.
 #define NORMLAB_REQUIRE_CUDA() \
@@ -55,9 +56,6 @@ double max_rel_error(const torch::Tensor& a, const torch::Tensor& b);
 /// the floor, which is <= rtol exactly when the check passes.
 ::testing::AssertionResult close_per_element(const torch::Tensor& a, const torch::Tensor& b,
                                              double rtol, double floor, double* worst = nullptr);
-
-/// The path of tests/data/<name>.
-std::string data_path(const std::string& name);
 
 /// The golden file tests/data/<dir>/<name>.safetensors and its config as a ModelConfig (the
 /// moe_* keys of the MoE goldens, tests/reference/moe_ref.py, into model.moe).

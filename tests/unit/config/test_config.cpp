@@ -185,10 +185,10 @@ TEST(Config, HyperOutputInitDefaultsToThePapersSqrtN) {
 
 TEST(Config, ShippedConfigsLoad) {
   for (const char* f : {"configs/tiny/lm.yaml", "configs/small/lm.yaml", "configs/1.3b/base.yaml"})
-    EXPECT_NO_THROW(config_load(std::string(NORMLAB_SOURCE_DIR) + "/" + f)) << f;
+    EXPECT_NO_THROW(config_load(test::source_dir() + "/" + f)) << f;
   for (Scheme s : enum_values<Scheme>()) {
-    const RunConfig c = config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/1.3b/" +
-                                    std::string(enum_name(s)) + ".yaml");
+    const RunConfig c =
+        config_load(test::source_dir() + "/configs/1.3b/" + std::string(enum_name(s)) + ".yaml");
     EXPECT_EQ(c.model.scheme, s);
     EXPECT_EQ(c.model.d_model, 2048);
     EXPECT_EQ(c.scheduler.warmup_steps, 2000);
@@ -198,7 +198,7 @@ TEST(Config, ShippedConfigsLoad) {
   for (const char* f :
        {"configs/1.3b/siamese_hybrid_hyper.yaml", "configs/small/siamese_hybrid_hyper.yaml",
         "configs/tiny/siamese_hybrid_hyper.yaml"}) {
-    const ModelConfig m = config_load(std::string(NORMLAB_SOURCE_DIR) + "/" + f).model;
+    const ModelConfig m = config_load(test::source_dir() + "/" + f).model;
     EXPECT_EQ(m.scheme, Scheme::SiameseHybrid) << f;
     EXPECT_EQ(m.siamese.hyper.n, 2) << f;
     EXPECT_TRUE(m.siamese.hyper.dynamic) << f;
@@ -209,7 +209,7 @@ TEST(Config, ShippedConfigsLoad) {
 // docs/config.md embeds the generated key table verbatim: a key added to the schema without
 // its documentation fails here (regenerate with `normlab config --reference`).
 TEST(Config, DocsListEveryKeyWithItsDefault) {
-  const std::string docs = read_file(std::string(NORMLAB_SOURCE_DIR) + "/docs/config.md");
+  const std::string docs = read_file(test::source_dir() + "/docs/config.md");
   EXPECT_NE(docs.find(config_reference_markdown()), std::string::npos)
       << "docs/config.md is out of date; its table must be:\n"
       << config_reference_markdown();

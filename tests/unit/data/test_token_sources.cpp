@@ -25,8 +25,8 @@ class TokenSourcesTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test::ScratchDir("token_sources");
-    const std::string python = NORMLAB_TEST_PYTHON;
-    const std::string cmd = python + " " + NORMLAB_SOURCE_DIR +
+    const std::string python = test::test_python();
+    const std::string cmd = python + " " + test::source_dir() +
                             "/tests/reference/token_formats.py " + (*dir_ / "d") + " 1000 > " +
                             (*dir_ / "writer.log") + " 2>&1";
     status_ = python.empty() ? -1 : std::system(cmd.c_str());
@@ -40,10 +40,10 @@ class TokenSourcesTest : public ::testing::Test {
     dir_ = nullptr;
   }
   void SetUp() override {
-    // tools/setup.sh installs numpy into the venv that NORMLAB_TEST_PYTHON names: a missing
+    // tools/setup.sh installs numpy into the venv that test_python() names: a missing
     // Python or numpy is a failure, never a skip.
     if (status_ != 0)
-      GTEST_FAIL() << "tests/reference/token_formats.py did not run with '" << NORMLAB_TEST_PYTHON
+      GTEST_FAIL() << "tests/reference/token_formats.py did not run with '" << test::test_python()
                    << "' (status " << status_ << "): a Python with numpy is needed (run "
                    << "tools/setup.sh, which installs it into the venv)\n"
                    << writer_log_;

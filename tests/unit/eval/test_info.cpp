@@ -10,8 +10,7 @@
 using namespace normlab;
 
 TEST(Info, PaperSiameseHybrid13BHas128BParameters) {
-  const RunConfig c =
-      config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/1.3b/siamese_hybrid.yaml");
+  const RunConfig c = config_load(test::source_dir() + "/configs/1.3b/siamese_hybrid.yaml");
   const ParamCounts p = count_parameters(c.model);
   EXPECT_NEAR(static_cast<double>(p.total), 1.28e9, 0.01 * 1.28e9);
   EXPECT_EQ(p.embedding, 50304 * 2048);
@@ -46,8 +45,7 @@ TEST(Info, HyperExtraParametersFollowThePapersFormula) {
     EXPECT_EQ(count_parameters(m).extra(), 2 * m.n_layers * per_layer) << "mhc n=" << n;
   }
   // The paper's 2xDHC baseline at 1.3B (16 layers, d 2048): 32 x 8,202.
-  const RunConfig c =
-      config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/1.3b/hyper_dhc2.yaml");
+  const RunConfig c = config_load(test::source_dir() + "/configs/1.3b/hyper_dhc2.yaml");
   EXPECT_EQ(count_parameters(c.model).extra(), 262464);
 }
 
@@ -67,7 +65,7 @@ TEST(Info, SiameseHyperExtraParametersAreHypersOverSiamese) {
             << enum_name(s) << " n=" << n << " dynamic=" << dynamic;
         EXPECT_EQ(count_parameters(m).base, scheme_base(s));
       }
-  const std::string dir = std::string(NORMLAB_SOURCE_DIR) + "/configs/1.3b/";
+  const std::string dir = test::source_dir() + "/configs/1.3b/";
   const ParamCounts shc = count_parameters(config_load(dir + "siamese_hybrid_hyper.yaml").model);
   const ParamCounts plain = count_parameters(config_load(dir + "siamese_hybrid.yaml").model);
   EXPECT_EQ(shc.total - plain.total, 262464);
@@ -120,8 +118,7 @@ TEST(Info, FlopsPerTokenCountCausalAttentionAsHalf) {
 }
 
 TEST(Info, MemoryEstimateRespondsToShardingAndCheckpointing) {
-  const RunConfig c =
-      config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/1.3b/siamese_hybrid.yaml");
+  const RunConfig c = config_load(test::source_dir() + "/configs/1.3b/siamese_hybrid.yaml");
   MemoryPlan plan;
   const MemoryEstimate full = estimate_memory(c.model, plan);
   const double N = static_cast<double>(count_parameters(c.model).total);
@@ -174,7 +171,7 @@ TEST(Info, MemoryEstimateRespondsToShardingAndCheckpointing) {
 // The config's model.qk_norm = full has OLMoE's full-width q and k norms (2 x 2048 a layer), so
 // normlab's counts are the published ones exactly.
 TEST(Info, OlmoeCountsMatchThePublishedTotalAndActive) {
-  const RunConfig c = config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/moe/olmoe_1b7b.yaml");
+  const RunConfig c = config_load(test::source_dir() + "/configs/moe/olmoe_1b7b.yaml");
   const ParamCounts p = count_parameters(c.model);
   const int64_t d = 2048, L = 16, V = 50304;
   const int64_t olmoe_layer = 4 * d * d + 64 * 3 * d * 1024 + 64 * d + 4 * d;
@@ -192,8 +189,7 @@ TEST(Info, OlmoeCountsMatchThePublishedTotalAndActive) {
 
 // The stand-in 15A2B shape: 28 layers of 80 experts, the rest OLMoE's: 14.77B / 2.09B.
 TEST(Info, MoeStandinCounts) {
-  const RunConfig c =
-      config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/moe/15a2b_standin.yaml");
+  const RunConfig c = config_load(test::source_dir() + "/configs/moe/15a2b_standin.yaml");
   const ParamCounts p = count_parameters(c.model);
   EXPECT_NEAR(static_cast<double>(p.total) / 1e9, 14.77, 0.005);
   EXPECT_NEAR(static_cast<double>(p.active) / 1e9, 2.09, 0.005);
@@ -276,8 +272,7 @@ TEST(Info, ReorderedNormCountsPreNormsParametersAndPeriLnsLessTheInputNorms) {
     m.scheme = Scheme::PeriNorm;
     EXPECT_EQ(count_parameters(m).total - p.total, 2 * m.d_model * m.n_layers);
   }
-  const RunConfig c =
-      config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/1.3b/reordered_norm.yaml");
-  const RunConfig pre = config_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/1.3b/base.yaml");
+  const RunConfig c = config_load(test::source_dir() + "/configs/1.3b/reordered_norm.yaml");
+  const RunConfig pre = config_load(test::source_dir() + "/configs/1.3b/base.yaml");
   EXPECT_EQ(count_parameters(c.model).total, count_parameters(pre.model).total);
 }

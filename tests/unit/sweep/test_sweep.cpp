@@ -32,7 +32,7 @@ std::string sweep_error_of(F f) {
   return "";
 }
 
-std::string tiny_config() { return std::string(NORMLAB_SOURCE_DIR) + "/configs/tiny/lm.yaml"; }
+std::string tiny_config() { return test::source_dir() + "/configs/tiny/lm.yaml"; }
 
 PointResult result(Scheme s, double lr, uint64_t seed, PointState st, double ppl = 0,
                    int64_t diverged_at = 0, int64_t spikes = 0) {
@@ -229,11 +229,10 @@ TEST(Asha, RungsAndPromotions) {
 
 TEST(Sweep, ShippedSweepFilesLoad) {
   for (const char* f : {"configs/sweeps/mini.yaml", "configs/sweeps/paper_table1.yaml"}) {
-    const SweepSpec s = sweep_load(std::string(NORMLAB_SOURCE_DIR) + "/" + f);
+    const SweepSpec s = sweep_load(test::source_dir() + "/" + f);
     EXPECT_NO_THROW(sweep_points(s)) << f;
   }
-  const SweepSpec t =
-      sweep_load(std::string(NORMLAB_SOURCE_DIR) + "/configs/sweeps/paper_table1.yaml");
+  const SweepSpec t = sweep_load(test::source_dir() + "/configs/sweeps/paper_table1.yaml");
   EXPECT_EQ(t.schemes.size(), 7u);
   EXPECT_EQ(t.lrs, (std::vector<double>{4e-4, 1e-3, 2e-3}));
   EXPECT_EQ(config_load(t.config).model.d_model, 2048);
