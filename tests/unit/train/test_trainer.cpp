@@ -21,35 +21,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class TrainerTest : public ::testing::Test {
+class TrainerTest : public test::TrainSuite<TrainerTest> {
+ public:
+  static constexpr test::ShardsSpec kShards{"trainer", 500, 31};
+
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::ScratchDir("trainer");
-    test::prepare_test_shards(*dir_, 500, 31, 0.1);
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  static RunConfig config(std::vector<std::string> extra = {}) {
-    std::vector<std::string> s = {
-        "model.scheme=siamese_hybrid", "model.vocab_size=400", "model.d_model=32",
-        "model.n_layers=2", "model.n_heads=4", "model.d_ff=64", "data.train=" + *dir_ / "shards",
-        "data.seq_len=16", "data.tokenizer=" + test::test_tokenizer_path(), "train.steps=8",
-        "train.global_batch=4", "train.micro_batch=2", "scheduler.warmup_steps=2", "eval.every=4",
-        "eval.batches=2", "checkpoint.every=4", "checkpoint.keep=5", "optimizer.lr=0.003",
-        // fp32 unless a test says otherwise: auto would be bf16 on a
-        // CPU with AMX or AVX512-BF16 and fp32 on others
-        "train.precision=fp32"};
-    s.insert(s.end(), extra.begin(), extra.end());
-    return config_load("", s);
-  }
-  static TrainOptions options(const std::string& run, bool resume = false, int64_t stop_after = 0) {
-    TrainOptions o;
-    o.run_dir = run;
-    o.resume = resume;
-    o.stop_after = stop_after;
-    return o;
+  static RunConfig config(const std::vector<std::string>& extra = {}) {
+    return run_config(
+        {"model.scheme=siamese_hybrid", "data.tokenizer=" + test::test_tokenizer_path(),
+         "train.steps=8", "scheduler.warmup_steps=2", "eval.every=4", "eval.batches=2",
+         "checkpoint.every=4", "checkpoint.keep=5", "optimizer.lr=0.003"},
+        extra);
   }
   static std::vector<double> losses(const std::string& run) {
     std::vector<double> out;
@@ -60,9 +42,7 @@ class TrainerTest : public ::testing::Test {
     }
     return out;
   }
-  static test::ScratchDir* dir_;
 };
-test::ScratchDir* TrainerTest::dir_ = nullptr;
 
 TEST_F(TrainerTest, CompletesAndWritesItsOutputs) {
   test::ScratchDir run("run");

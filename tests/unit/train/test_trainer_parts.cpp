@@ -20,41 +20,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class TrainerParts : public ::testing::Test {
+class TrainerParts : public test::TrainSuite<TrainerParts> {
+ public:
+  static constexpr test::ShardsSpec kShards{"trainer_parts", 300, 7};
+
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::ScratchDir("trainer_parts");
-    test::prepare_test_shards(*dir_, 300, 7, 0.1);
+  static RunConfig config(const std::vector<std::string>& extra = {}) {
+    return run_config({"model.scheme=pre_norm", "train.steps=4"}, extra);
   }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  static RunConfig config(std::vector<std::string> extra = {}) {
-    std::vector<std::string> s = {"model.scheme=pre_norm",
-                                  "model.vocab_size=400",
-                                  "model.d_model=32",
-                                  "model.n_layers=2",
-                                  "model.n_heads=4",
-                                  "model.d_ff=64",
-                                  "data.train=" + *dir_ / "shards",
-                                  "data.seq_len=16",
-                                  "train.steps=4",
-                                  "train.global_batch=4",
-                                  "train.micro_batch=2",
-                                  "train.precision=fp32"};
-    s.insert(s.end(), extra.begin(), extra.end());
-    return config_load("", s);
-  }
-  static TrainOptions options(const std::string& run, bool resume = false) {
-    TrainOptions o;
-    o.run_dir = run;
-    o.resume = resume;
-    return o;
-  }
-  static test::ScratchDir* dir_;
 };
-test::ScratchDir* TrainerParts::dir_ = nullptr;
 
 TEST_F(TrainerParts, ContextRefusesTheDiagnosticsUnderFsdpAndResolvesThePrecision) {
   test::ScratchDir run("ctx");
