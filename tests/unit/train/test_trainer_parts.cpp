@@ -16,15 +16,12 @@
 #include "train/trainer_state.h"
 
 using namespace normlab;
-namespace fs = std::filesystem;
 
 namespace {
 
-class TrainerParts : public test::TrainSuite<TrainerParts> {
- public:
+// Each part of the trainer built alone, on a pre_norm model trained 4 steps.
+struct TrainerParts : test::TrainSuite<TrainerParts> {
   static constexpr test::ShardsSpec kShards{"trainer_parts", 300, 7};
-
- protected:
   static RunConfig config(const std::vector<std::string>& extra = {}) {
     return run_config({"model.scheme=pre_norm", "train.steps=4"}, extra);
   }
@@ -45,7 +42,7 @@ TEST_F(TrainerParts, ContextRefusesTheDiagnosticsUnderFsdpAndResolvesThePrecisio
   } catch (const ConfigError& e) {
     EXPECT_THAT(e.what(), testing::HasSubstr("diagnostics.every"));
   }
-  EXPECT_FALSE(fs::exists(run.path / "config.yaml"));  // a context writes nothing
+  EXPECT_FALSE(std::filesystem::exists(run.path / "config.yaml"));  // a context writes nothing
 }
 
 TEST_F(TrainerParts, DataServesTheLoadersBatchesAndItsValidation) {
