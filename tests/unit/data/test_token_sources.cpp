@@ -1,19 +1,15 @@
 // Token arrays and Megatron datasets written by independent writers (numpy, a Python writer of
 // Megatron's .idx layout: tests/reference/token_formats.py) read back exactly; the loader over
-// them resumes exactly and splits across ranks; mixtures draw by weight; hostile files fail
-// with one line naming the file.
+// them resumes exactly and splits across ranks; mixtures of them draw by weight; hostile files
+// fail with one line naming the file. The headers on bytes built here: test_token_headers.cpp;
+// the mixture's plan without files: test_mixture.cpp.
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <set>
 
 #include "normlab/data/loader.h"
-#include "normlab/data/megatron_index.h"
-#include "normlab/data/npy.h"
 #include "normlab/util/file_io.h"
 #include "support.h"
 
@@ -225,48 +221,6 @@ TEST_F(TokenSourcesTest, MixtureDrawsByWeightRepeatsTheSmallSourceAndResumes) {
   EXPECT_FALSE(torch::equal(loader.batch(3, 0).inputs, other.batch(3, 0).inputs));
 }
 
-TEST(Mixture, PlanCountsAreExactAndOneSourceIsTheIdentity) {
-  const MixturePlan one({2.5}, 8, 1);
-  for (int64_t p : {0, 1, 7, 8, 1000003}) EXPECT_EQ(one.draw(p), std::make_pair(int64_t{0}, p));
-  const MixturePlan plan({0.5, 0.25, 0.25}, 12, 9);
-  // Each step's 12 slots hold 6, 3 and 3 draws, shuffled; over the run every draw index of a
-  // source occurs once.
-  std::vector<std::set<int64_t>> seen(3);
-  for (int64_t p = 0; p < 1200; ++p) {
-    const auto [s, k] = plan.draw(p);
-    EXPECT_TRUE(seen[static_cast<size_t>(s)].insert(k).second) << "draw " << k << " twice";
-    if (p % 12 == 11) {
-      EXPECT_EQ(seen[0].size() + seen[1].size() * 10 + seen[2].size() * 1000,
-                static_cast<size_t>((p + 1) / 12 * (6 + 30 + 3000)));
-    }
-  }
-  for (size_t s = 0; s < 3; ++s) {
-    const int64_t n = s == 0 ? 600 : 300;
-    EXPECT_EQ(static_cast<int64_t>(seen[s].size()), n);
-    EXPECT_EQ(*seen[s].rbegin(), n - 1);
-  }
-  for (int64_t s = 0; s < 3; ++s)
-    EXPECT_EQ(plan.draws_before(s, 1200),
-              static_cast<int64_t>(seen[static_cast<size_t>(s)].size()));
-  // The bounds mixture.h states, for weights that do not divide the batch: every prefix less
-  // than one sample from share * n, every step less than two from share * G.
-  const MixturePlan odd({0.7, 0.2, 0.1}, 7, 5);
-  for (int64_t s = 0; s < 3; ++s)
-    for (int64_t n = 0; n <= 7000; ++n) {
-      const double want = odd.share(s) * static_cast<double>(n);
-      ASSERT_LT(std::abs(static_cast<double>(odd.draws_before(s, n)) - want), 1.0) << s << " " << n;
-      if (n % 7 == 0 && n > 0) {
-        ASSERT_LT(
-            std::abs(static_cast<double>(odd.draws_before(s, n) - odd.draws_before(s, n - 7)) -
-                     odd.share(s) * 7),
-            2.0);
-      }
-    }
-  EXPECT_NEAR(odd.share(0), 0.7, 1e-7);  // shares of 2^24: within 2^-24 of the weights
-  EXPECT_THROW(MixturePlan({0.7, 0.0}, 8, 0), DataError);
-  EXPECT_THROW(MixturePlan({0.7, std::nan("")}, 8, 0), DataError);
-}
-
 TEST_F(TokenSourcesTest, HostileFilesFailWithOneLineNamingTheFile) {
   expect_error(
       [&] {
@@ -323,38 +277,6 @@ TEST_F(TokenSourcesTest, HostileFilesFailWithOneLineNamingTheFile) {
         open({path("flat16.bin"), DataFormat::Tokens, "uint16", 1000});
       },
       "flat16.bin", "eos 1000");
-}
-
-// The header checks of a Megatron index, on bytes built here.
-TEST(MegatronIndex, TruncatedOrForeignIndexesAreRefused) {
-  std::string idx("MMIDIDX\0\0", 9);
-  auto u64 = [&](uint64_t v) { idx.append(reinterpret_cast<const char*>(&v), 8); };
-  u64(1);
-  idx.push_back(static_cast<char>(8));
-  u64(1);  // one sequence
-  u64(2);  // document index [0, 1]
-  const int32_t len = 3;
-  idx.append(reinterpret_cast<const char*>(&len), 4);
-  u64(0);
-  u64(0);
-  u64(1);
-  const MegatronIndex ok = megatron_index_parse(idx.data(), idx.size(), "x.idx", 6, "x.bin");
-  EXPECT_EQ(ok.tokens, 3u);
-  EXPECT_EQ(ok.documents, 1u);
-  EXPECT_THROW(megatron_index_parse(idx.data(), idx.size() - 1, "x.idx", 6, "x.bin"), DataError);
-  std::string v2 = idx;
-  v2[9] = 2;
-  EXPECT_NE(source_error_of([&] {
-              megatron_index_parse(v2.data(), v2.size(), "x.idx", 6, "x.bin");
-            }).find("version 2"),
-            std::string::npos);
-  std::string f32 = idx;
-  f32[17] = 7;
-  EXPECT_NE(source_error_of([&] {
-              megatron_index_parse(f32.data(), f32.size(), "x.idx", 6, "x.bin");
-            }).find("float32"),
-            std::string::npos);
-  EXPECT_THROW(megatron_index_parse("NOTANIDX", 8, "x.idx", 6, "x.bin"), DataError);
 }
 
 TEST_F(TokenSourcesTest, NumPyFilesReadThroughTheirHeader) {
@@ -430,97 +352,4 @@ TEST_F(TokenSourcesTest, BadNumPyHeadersAndNegativeIdsAreRefusedByName) {
   expect_error([&] { unverified->sample(holder, row.data()); }, "bad_neg.npy", at);
 }
 
-// The header checks of a .npy file, on bytes built here.
-TEST(NpyHeader, VersionsShapesAndHostileHeadersAreCheckedByName) {
-  auto npy = [](int major, const std::string& dict, size_t payload) {
-    std::string h = dict;
-    const size_t pre = major == 1 ? 10 : 12;
-    while ((pre + h.size() + 1) % 64 != 0) h += ' ';
-    h += '\n';
-    std::string f = std::string("\x93NUMPY", 6) + static_cast<char>(major) + '\0';
-    const uint32_t len = static_cast<uint32_t>(h.size());
-    f.append(reinterpret_cast<const char*>(&len), major == 1 ? 2 : 4);
-    return f + h + std::string(payload, '\0');
-  };
-  const std::string ok = npy(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (3, 2), }", 24);
-  const NpyHeader h = npy_parse_header(ok.data(), ok.size(), "x.npy");
-  EXPECT_EQ(h.type, TokenType::I32);
-  EXPECT_EQ(h.elements, 6u);
-  EXPECT_EQ(h.data_offset, ok.size() - 24);
-  const std::string py2 =
-      npy(2, "{\"descr\": \"<u2\", \"shape\": (5L,), \"fortran_order\": True}", 10);
-  EXPECT_EQ(npy_parse_header(py2.data(), py2.size(), "x.npy").elements, 5u);  // 1-d: any order
-  const std::string scalar = npy(3, "{'descr': '<i8', 'fortran_order': False, 'shape': ()}", 8);
-  EXPECT_EQ(npy_parse_header(scalar.data(), scalar.size(), "x.npy").elements, 1u);
-  auto error_of = [](const std::string& f) {
-    return source_error_of([&] { npy_parse_header(f.data(), f.size(), "x.npy"); });
-  };
-  const std::map<std::string, std::string> hostile = {
-      {npy(4, "{'descr': '<u2', 'fortran_order': False, 'shape': (1,)}", 2), "version 4.0"},
-      {npy(1, "{'descr': '<u2', 'shape': (1,)}", 2), "no 'fortran_order'"},
-      {npy(1, "{'descr': '<u2', 'descr': '<u2', 'fortran_order': False, 'shape': (1,)}", 2),
-       "appears twice"},
-      {npy(1, "{'descr': '<u2', 'fortran_order': False, 'shape': (1,), 'x': 1}", 2),
-       "keys other than"},
-      {npy(1, "{'descr': '<u2', 'fortran_order': False, 'shape': 1}", 2), "not a tuple"},
-      {npy(1, "{'descr': '<u2', 'fortran_order': False, 'shape': (-1,)}", 2), "non-negative"},
-      {npy(1, "{'descr': '<u2', 'fortran_order': Maybe, 'shape': (1,)}", 2), "not True or False"},
-      {npy(1, "{'descr': '<u2', 'fortran_order': False, 'shape': (99999999999999999999,)}", 2),
-       "does not fit 64 bits"},
-      {npy(1, "{'descr': '<i8', 'fortran_order': False, 'shape': (4294967296, 4294967296)}", 2),
-       "shape too large"},
-      {npy(1, "{'descr': '<u2', 'fortran_order': False, 'shape': (1,)", 2), "not closed"},
-      {npy(1, "{'descr': [('a', '<u2')], 'fortran_order': False, 'shape': (1,)}", 2),
-       "expected a value"},
-      {npy(1, "{'descr': '<u2', 'fortran_order': False, 'shape': (2,)}", 2), "(truncated)"},
-      {npy(1, "{'descr': '<u2', 'fortran_order': False, 'shape': (1,)}", 4),
-       "(bytes after the array)"},
-      {std::string("\x93NUMPY\x01\x00\xff\xff", 10), "announces 65535 bytes"},
-      {std::string("\x93NUMPY\x01", 7), "cut inside its header"},
-  };
-  for (const auto& [file, phrase] : hostile) {
-    const std::string e = error_of(file);
-    EXPECT_NE(e.find("x.npy: "), std::string::npos) << e;
-    EXPECT_NE(e.find(phrase), std::string::npos) << phrase << " | " << e;
-  }
-  std::string unaligned = std::string("\x93NUMPY\x01\x00", 8);
-  const std::string dict = "{'descr': '<i8', 'fortran_order': False, 'shape': (1,)}\n";
-  const uint16_t len = static_cast<uint16_t>(dict.size());
-  unaligned.append(reinterpret_cast<const char*>(&len), 2);
-  unaligned += dict + std::string(8, '\0');
-  EXPECT_NE(error_of(unaligned).find("not aligned"), std::string::npos) << error_of(unaligned);
-}
-
 }  // namespace
-
-// The integer shares of 2^24 follow the largest-remainder rule exactly: each weight's floor of
-// its exact share, then the units left over, one each, to the largest remainders (the first
-// of equal ones). Written here independently of mixture.cpp, on weights whose remainders differ.
-TEST(Mixture, SharesAreTheLargestRemainderRule) {
-  const double units = 16777216.0;  // 2^24
-  auto expected = [&](const std::vector<double>& w) {
-    double total = 0;
-    for (double x : w) total += x;
-    std::vector<double> floor_of, rest;
-    double given = 0;
-    for (double x : w) {
-      const double exact = x / total * units;
-      floor_of.push_back(std::floor(exact));
-      rest.push_back(exact - std::floor(exact));
-      given += std::floor(exact);
-    }
-    std::vector<size_t> order(w.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return rest[a] > rest[b]; });
-    for (size_t k = 0; given < units; ++k, ++given) floor_of[order[k]] += 1;
-    return floor_of;
-  };
-  for (const std::vector<double>& w : std::vector<std::vector<double>>{
-           {0.7, 0.2, 0.1}, {1, 2, 4, 8, 16}, {0.3, 0.3, 0.4}, {5, 3}, {1e-3, 1, 1, 1}}) {
-    const MixturePlan plan(w, 8, 0);
-    const std::vector<double> want = expected(w);
-    for (size_t s = 0; s < w.size(); ++s)
-      EXPECT_EQ(plan.share(static_cast<int64_t>(s)) * units, want[s]) << "source " << s;
-  }
-}

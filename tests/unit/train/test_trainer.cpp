@@ -15,6 +15,7 @@
 #include "normlab/util/file_io.h"
 #include "normlab/util/log.h"
 #include "support.h"
+#include "train_suite.h"
 
 using namespace normlab;
 namespace fs = std::filesystem;

@@ -14,6 +14,7 @@
 #include "train/trainer_data.h"
 #include "train/trainer_logs.h"
 #include "train/trainer_state.h"
+#include "train_suite.h"
 
 using namespace normlab;
 
