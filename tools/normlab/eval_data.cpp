@@ -1,7 +1,6 @@
 #include "eval_data.h"
 
 #include <stdexcept>
-#include <vector>
 
 #include "normlab/data/shard.h"
 #include "normlab/data/source.h"
@@ -9,15 +8,17 @@
 namespace normlab::cli {
 
 void add_format_option(CLI::App& sub, DataFormat& format, const std::string& help) {
-  std::vector<std::string> names;
-  for (const DataFormat f : enum_values<DataFormat>()) names.emplace_back(enum_name(f));
+  // The name table is the one check: an unknown name is CLI11's usage error, with the names.
   sub.add_option_function<std::string>(
          "--format",
          [&format](const std::string& name) {
-           format = enum_from_name<DataFormat>(name, "--format");
+           try {
+             format = enum_from_name<DataFormat>(name, "data format");
+           } catch (const std::invalid_argument& e) {
+             throw CLI::ValidationError("--format", e.what());
+           }
          },
          help)
-      ->check(CLI::IsMember(names))
       ->default_str(std::string(enum_name(format)));
 }
 
