@@ -4,7 +4,7 @@
 # equal `normlab eval --tasks` on the same items (acc = acc; lm-eval's acc_bytes = normlab's
 # acc_norm, both per UTF-8 byte). A tiny SiameseNorm model trained 30 steps.
 # Usage: lm_eval.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
-# Prints PASS; fails when Python cannot import lm_eval's Hugging Face model (tools/setup.sh --tests
+# Prints PASS; fails when Python has no lm_eval, accelerate or transformers (tools/setup.sh --tests
 # installs lm-eval and accelerate).
 set -euo pipefail
 normlab=$1 src=$2 kjv=$3 python=$4 work=$5
@@ -12,8 +12,8 @@ rm -rf "$work" && mkdir -p "$work"
 work=$(cd "$work" && pwd) src=$(cd "$src" && pwd)
 case $python in */*) python=$(cd "$(dirname "$python")" && pwd)/$(basename "$python") ;; esac
 fail() { echo "FAIL: $*"; exit 1; }
-"$python" -c "import lm_eval.models.huggingface" 2> /dev/null \
-  || fail "$python cannot import lm_eval.models.huggingface (lm-eval, accelerate: run tools/setup.sh --tests)"
+source "$(dirname "${BASH_SOURCE[0]}")/python_modules.sh"
+require_python_modules "$python" lm_eval accelerate transformers
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
 "$normlab" train --config "$src/configs/tiny/lm.yaml" --set "data.train=$kjv/shards" \

@@ -10,8 +10,8 @@ normlab=$1 src=$2 kjv=$3 python=$4 work=$5
 rm -rf "$work" && mkdir -p "$work"
 export NORMLAB_PYTHON=$python
 fail() { echo "FAIL: $*"; exit 1; }
-"$python" -c "import torch, safetensors" 2>/dev/null \
-  || fail "no torch or safetensors in $python (run tools/setup.sh, which installs them into the venv)"
+source "$(dirname "${BASH_SOURCE[0]}")/python_modules.sh"
+require_python_modules "$python" torch safetensors
 
 "$normlab" train --config "$src/configs/tiny/lm.yaml" --set "data.train=$kjv/shards" \
   --set "data.tokenizer=$kjv/tokenizer.model" --set train.steps=10 --out "$work/run" \

@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# Sourced by training_trains.sh and training_trains_moe.sh, which set normlab, src, kjv and work
-# (their arguments NORMLAB, SOURCE_DIR, CORPUS_DIR and WORK_DIR).
-#   every_scheme                      prints the schemes, one a line: every scheme has its 1.3B
-#                                     config, configs/1.3b/<scheme>.yaml (other files there, such
-#                                     as hyper_dhc2.yaml, are variants: their scheme is not their
-#                                     name); fails when it finds none
+# Sourced by training_trains.sh and training_trains_moe.sh, which set normlab, src, kjv, python
+# and work (their arguments NORMLAB, SOURCE_DIR, CORPUS_DIR, PYTHON and WORK_DIR).
+#   every_scheme                      prints the schemes of `normlab schemes`, one a line; fails
+#                                     when it prints none or a scheme has no 1.3B config
+#                                     (configs/1.3b/<scheme>.yaml)
 #   train_40_steps CONFIG PRECISION SCHEME...
 #                                     trains each SCHEME 40 steps of CONFIG on the built-in corpus
 #                                     in PRECISION, with the validation loss (8 batches) at steps 0
@@ -13,15 +12,13 @@
 #                                     exits 1
 
 every_scheme() {
-  local f s found=0
-  for f in "$src"/configs/1.3b/*.yaml; do
-    s=$(basename "$f" .yaml)
-    if [ "$("$normlab" config --config "$f" | grep -c "^  scheme: $s\$")" -gt 0 ]; then
-      echo "$s"
-      found=$((found + 1))
-    fi
+  local s found=0
+  for s in $("$normlab" schemes --json | "$python" -c 'import json, sys; print(*(s["name"] for s in json.load(sys.stdin)))'); do
+    [ -f "$src/configs/1.3b/$s.yaml" ] || { echo "FAIL: scheme $s has no configs/1.3b/$s.yaml" >&2; return 1; }
+    echo "$s"
+    found=$((found + 1))
   done
-  [ $found -gt 0 ] || { echo "FAIL: no scheme config found in $src/configs/1.3b" >&2; return 1; }
+  [ $found -gt 0 ] || { echo "FAIL: normlab schemes listed no scheme" >&2; return 1; }
 }
 
 train_40_steps() {

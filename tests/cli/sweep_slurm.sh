@@ -107,7 +107,9 @@ PY
 echo "kill -9, re-attach, scancel, resubmission, report: ok"
 
 # ---- 3. requeue resumes from the checkpoint; Ctrl-C checkpoints ---------------------------------
-long=("$normlab" sweep "${common[@]}" --scheme pre_norm --lr 1e-3 --set train.steps=800
+# 240 steps: the Ctrl-C comes about 20 steps after the resumption (step 38 on a 2-core Xeon,
+# 2026-12-06), which leaves the run 200 steps from its end; the last command runs those.
+long=("$normlab" sweep "${common[@]}" --scheme pre_norm --lr 1e-3 --set train.steps=240
       --set checkpoint.every=20 --launcher slurm --out "$work/long")
 run=$work/long/runs/pre_norm-lr1e-3-s0
 "${long[@]}" > "$work/long1.out" 2>&1 &

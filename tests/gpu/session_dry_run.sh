@@ -13,7 +13,13 @@ fail() { echo "FAIL: $*"; exit 1; }
 rm -rf "$work"
 mkdir -p "$work"
 rc=0
-OUT=$work PYTHON=$python NORMLAB_BENCH_DEVICE=cpu "$src/tools/gpu/session.sh" --pack "$pack" || rc=$?
+# TORCHINDUCTOR_VEC_ISA_OK=1: the compile step's Inductor takes the CPU's vector instructions as
+# given. Otherwise it checks each of them in every new process by compiling a program and loading
+# it into a fresh Python, about 2 s a check (2026-12-06, 2-core Xeon: tools/bench/reference_train.py
+# --compile at the dry run's shape took 27.8 s with the checks, 18.5 s without). On the GPU, where
+# the session runs, the model is compiled for CUDA.
+OUT=$work PYTHON=$python NORMLAB_BENCH_DEVICE=cpu TORCHINDUCTOR_VEC_ISA_OK=1 \
+  "$src/tools/gpu/session.sh" --pack "$pack" || rc=$?
 cat "$work/steps.tsv"
 [ $rc -eq 0 ] || fail "session.sh exited $rc"
 for s in probe binaries gpu_tests memcheck kernels bench fsdp moe compile; do
