@@ -3,7 +3,7 @@
 # pack that gpu_pack left, at a tiny shape. Every step must appear in steps.tsv and in the log
 # with its time; on this machine the GPU steps (tests, memcheck, kernel timing) are skipped,
 # and the benchmark of both schemes and both trainers, the FSDP launch without torchrun and
-# the compile step run and pass.
+# the compile step (torch.compile with backend aot_eager on the CPU) run and pass.
 # Usage: session_dry_run.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
 set -euo pipefail
 normlab=$1 src=$2 python=$4 work=$5
@@ -13,13 +13,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 rm -rf "$work"
 mkdir -p "$work"
 rc=0
-# TORCHINDUCTOR_VEC_ISA_OK=1: the compile step's Inductor takes the CPU's vector instructions as
-# given. Otherwise it checks each of them in every new process by compiling a program and loading
-# it into a fresh Python, about 2 s a check (2026-12-06, 2-core Xeon: tools/bench/reference_train.py
-# --compile at the dry run's shape took 27.8 s with the checks, 18.5 s without). On the GPU, where
-# the session runs, the model is compiled for CUDA.
-OUT=$work PYTHON=$python NORMLAB_BENCH_DEVICE=cpu TORCHINDUCTOR_VEC_ISA_OK=1 \
-  "$src/tools/gpu/session.sh" --pack "$pack" || rc=$?
+OUT=$work PYTHON=$python NORMLAB_BENCH_DEVICE=cpu "$src/tools/gpu/session.sh" --pack "$pack" || rc=$?
 cat "$work/steps.tsv"
 [ $rc -eq 0 ] || fail "session.sh exited $rc"
 for s in probe binaries gpu_tests memcheck kernels bench fsdp moe compile; do

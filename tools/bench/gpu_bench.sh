@@ -22,6 +22,8 @@
 #      NORMLAB_BENCH_DEVICE   cuda (default), or cpu to smoke-test the script at a small shape
 #      NORMLAB_BENCH_SET      extra `--set key=value` overrides, space-separated, for both sides
 #      NORMLAB_BENCH_TIMEOUT  seconds per side (default 300)
+#      NORMLAB_BENCH_COMPILE_BACKEND  torch.compile's backend for the compile side (default
+#                             inductor; the CPU dry run of tools/gpu/session.sh: aot_eager)
 #      NORMLAB_BENCH_GPU      the GPU's name for the peak (default: nvidia-smi's; none on cpu)
 #      NORMLAB_BENCH_PEAK_TFLOPS  the peak in TFLOP/s instead of the table's
 #      NORMLAB_BENCH_RESULTS  append one TSV row per side here: scheme side status tokens/s
@@ -134,7 +136,7 @@ print(s["peak_memory_bytes"], s.get("attention_backend", "?"))' "$work/run")
         row "$s" normlab ok "$secs" "$mem" "$sdpa" "$fpt" "$((micro * T))" "$warmup"
         ours=$row_tps ;;
       eager|compile)
-        flag=(); [ "$side" = compile ] && flag=(--compile)
+        flag=(); [ "$side" = compile ] && flag=(--compile --compile-backend "${NORMLAB_BENCH_COMPILE_BACKEND:-inductor}")
         [ "$device" = cpu ] && flag+=(--no-bf16)  # the CPU dry run: fp32, as the tiny configs train
         (cd "$root/tools/bench" && timeout "$side_timeout" "$python" reference_train.py --shard "$shard" --scheme "$s" \
            --d-model "$d" --n-layers "$L" --n-heads "$H" --d-ff "$F" --vocab "$V" --seq "$T" --micro "$micro" \

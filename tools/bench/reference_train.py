@@ -3,11 +3,12 @@ as tools/bench/torch_train.py (every scheme, the update rules of docs/paper.md) 
 a PyTorch user trains on one GPU (or, with --device cpu, on the CPU: tools/bench/bf16_bench.sh):
 the model built on the device, bf16 autocast unless --no-bf16,
 F.scaled_dot_product_attention (flash/cuDNN), F.rms_norm, fused AdamW, gradient clipping,
-optionally torch.compile of the model.
+optionally torch.compile of the model (Inductor, or the backend --compile-backend names).
 
 Usage: reference_train.py --shard SHARD.bin --scheme S --d-model D --n-layers L --n-heads H
            --d-ff F --vocab V --seq T --micro M --steps N [--warmup W] [--device cuda]
-           [--compile] [--no-bf16] [--threads K] [--flops-per-token F] [--matmul-flops R]
+           [--compile [--compile-backend B]] [--no-bf16] [--threads K] [--flops-per-token F]
+           [--matmul-flops R]
            [--peak-flops P]
 Prints the SDPA backend LibTorch picks ("sdpa <name>"), one line per timed step
 ("step <seconds>", synchronised before the clock stops) and at the end
@@ -44,6 +45,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--compile-backend", default="inductor")
     ap.add_argument("--no-bf16", action="store_true")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--flops-per-token", type=float, default=0.0)
@@ -59,7 +61,9 @@ def main():
     tokens = np.memmap(a.shard, dtype=np.uint16, mode="r", offset=64)
     with torch.device(dev):  # parameters are created (and initialised) on the device
         model = LM(a.scheme, a.vocab, a.d_model, a.n_layers, a.n_heads, a.d_ff)
-    step_fn = torch.compile(model) if a.compile else model
+    step_fn = torch.compile(model, backend=a.compile_backend) if a.compile else model
+    if a.compile:
+        print(f"compile backend {a.compile_backend}", flush=True)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],

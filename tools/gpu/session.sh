@@ -165,6 +165,10 @@ micro=8 steps=10 warmup=3 side_timeout=100
 if [ "$device" = cpu ]; then  # the dry run: a tiny model of the same configs, a few steps
   export NORMLAB_BENCH_SET="model.vocab_size=4096 model.d_model=64 model.n_layers=2 model.n_heads=4 model.d_ff=176 data.seq_len=64 train.precision=fp32"
   micro=2 steps=2 warmup=1 side_timeout=120
+  # The compile step traces the model (TorchDynamo, AOTAutograd) without generating code:
+  # Inductor's CPU backend, which the GPU session never uses, compiled C++ for about a minute
+  # in each new checkout (2026-12-06, 2-core Xeon: 57 s in .ci/run; aot_eager 8 s).
+  export NORMLAB_BENCH_COMPILE_BACKEND=${NORMLAB_BENCH_COMPILE_BACKEND:-aot_eager}
 fi
 export NORMLAB_BENCH_DEVICE=$device NORMLAB_BENCH_RESULTS=$out/bench.tsv NORMLAB_BENCH_TIMEOUT=$side_timeout
 step bench 300 "$root/tools/bench/gpu_bench.sh" "$normlab" "$data" pre_norm,siamese_hybrid $micro $steps $warmup \
