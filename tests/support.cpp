@@ -16,6 +16,15 @@
 
 namespace normlab::test {
 
+std::string error_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 ModelConfig tiny_config(Scheme scheme) {
   ModelConfig c;
   c.scheme = scheme;

@@ -44,6 +44,9 @@ struct ScratchDir {
   std::string operator/(const std::string& name) const { return (path / name).string(); }
 };
 
+/// The message of the exception that f() throws (its what()), or "" when it throws none.
+std::string error_message(const std::function<void()>& f);
+
 /// max |a - b| / max |b|: the relative error used by the golden and equivalence tests.
 double max_rel_error(const torch::Tensor& a, const torch::Tensor& b);
 

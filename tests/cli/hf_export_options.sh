@@ -12,9 +12,6 @@ set -euo pipefail
 normlab=$1 src=$2 kjv=$3 python=$4 work=$5
 rm -rf "$work" && mkdir -p "$work"
 fail() { echo "FAIL: $*"; exit 1; }
-source "$(dirname "${BASH_SOURCE[0]}")/python_modules.sh"
-require_python_modules "$python" transformers sentencepiece
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 "$normlab" train --config "$src/configs/tiny/lm.yaml" --set "data.train=$kjv/shards" \
   --set "data.tokenizer=$kjv/tokenizer.model" --set model.scheme=siamese --set train.steps=10 \
   --set eval.every=0 --set eval.batches=1 --out "$work/run" > "$work/train.out" 2>&1 \
@@ -29,7 +26,9 @@ for t in "${texts[@]}"; do
   "$normlab" tokenizer encode --tokenizer "$kjv/tokenizer.model" --text "$t"
 done > "$work/encode_normlab.txt"
 # Without trust_remote_code (transformers asks about the model's code on stdout, then falls back).
-"$python" - "$work/hf" "$work/encode_hf.txt" "${texts[@]}" > /dev/null 2>&1 <<'EOF'
+source "$(dirname "${BASH_SOURCE[0]}")/python_modules.sh"
+require_python_modules "$python" transformers sentencepiece
+HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$python" - "$work/hf" "$work/encode_hf.txt" "${texts[@]}" > /dev/null 2>&1 <<'EOF'
 import sys
 from transformers import AutoTokenizer
 tok = AutoTokenizer.from_pretrained(sys.argv[1])

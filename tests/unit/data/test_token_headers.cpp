@@ -11,15 +11,6 @@ using namespace normlab;
 
 namespace {
 
-std::string header_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 // The header checks of a Megatron index, on bytes built here.
 TEST(MegatronIndex, TruncatedOrForeignIndexesAreRefused) {
   std::string idx("MMIDIDX\0\0", 9);
@@ -39,13 +30,13 @@ TEST(MegatronIndex, TruncatedOrForeignIndexesAreRefused) {
   EXPECT_THROW(megatron_index_parse(idx.data(), idx.size() - 1, "x.idx", 6, "x.bin"), DataError);
   std::string v2 = idx;
   v2[9] = 2;
-  EXPECT_NE(header_error_of([&] {
+  EXPECT_NE(test::error_message([&] {
               megatron_index_parse(v2.data(), v2.size(), "x.idx", 6, "x.bin");
             }).find("version 2"),
             std::string::npos);
   std::string f32 = idx;
   f32[17] = 7;
-  EXPECT_NE(header_error_of([&] {
+  EXPECT_NE(test::error_message([&] {
               megatron_index_parse(f32.data(), f32.size(), "x.idx", 6, "x.bin");
             }).find("float32"),
             std::string::npos);
@@ -75,7 +66,7 @@ TEST(NpyHeader, VersionsShapesAndHostileHeadersAreCheckedByName) {
   const std::string scalar = npy(3, "{'descr': '<i8', 'fortran_order': False, 'shape': ()}", 8);
   EXPECT_EQ(npy_parse_header(scalar.data(), scalar.size(), "x.npy").elements, 1u);
   auto error_of = [](const std::string& f) {
-    return header_error_of([&] { npy_parse_header(f.data(), f.size(), "x.npy"); });
+    return test::error_message([&] { npy_parse_header(f.data(), f.size(), "x.npy"); });
   };
   const std::map<std::string, std::string> hostile = {
       {npy(4, "{'descr': '<u2', 'fortran_order': False, 'shape': (1,)}", 2), "version 4.0"},

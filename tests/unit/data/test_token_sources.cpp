@@ -89,19 +89,10 @@ LoaderOptions source_opts(int64_t micro, int64_t global, int64_t rank, int64_t w
   return o;
 }
 
-std::string source_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 // f fails with one line that names `file` and holds `phrase`.
 void expect_error(const std::function<void()>& f, const std::string& file,
                   const std::string& phrase) {
-  const std::string e = source_error_of(f);
+  const std::string e = test::error_message(f);
   EXPECT_NE(e.find(file), std::string::npos) << e;
   EXPECT_NE(e.find(phrase), std::string::npos) << e;
   EXPECT_EQ(e.find('\n'), std::string::npos) << e;

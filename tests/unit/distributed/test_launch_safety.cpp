@@ -18,15 +18,6 @@ namespace {
 
 using LaunchEnv = std::map<std::string, std::string>;
 
-std::string launch_error(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(SlurmHostlist, FirstHostOfEveryForm) {
   EXPECT_EQ(slurm_first_host("gpu[003-007,010],cpu01"), "gpu003");
   EXPECT_EQ(slurm_first_host("node17"), "node17");
@@ -41,7 +32,7 @@ TEST(SlurmHostlist, FirstHostOfEveryForm) {
 TEST(SlurmHostlist, MalformedListsNameTheList) {
   for (const std::string bad :
        {"", ",gpu1", "gpu[003-007", "gpu]3", "gpu[]", "gpu[a-b]", "gpu[1-]", "gpu[[1]]", "gpu 1"}) {
-    const std::string e = launch_error([&] { slurm_first_host(bad); });
+    const std::string e = test::error_message([&] { slurm_first_host(bad); });
     EXPECT_NE(e.find("Slurm host list '" + bad + "'"), std::string::npos) << bad << ": " << e;
   }
 }
@@ -83,7 +74,7 @@ TEST(LaunchSafety, MultiNodeWithoutFirstNodeStopsTheNcclEngine) {
   CommOptions o;
   o.backend = CommBackend::Nccl;
   const std::string e =
-      launch_error([&] { make_communicator(none, o, torch::Device(torch::kCUDA, 0)); });
+      test::error_message([&] { make_communicator(none, o, torch::Device(torch::kCUDA, 0)); });
   EXPECT_EQ(e, none.master_addr_problem);  // never 127.0.0.1 on several nodes
 }
 
@@ -103,20 +94,20 @@ TEST(LaunchSafety, TheRanksGpu) {
   EXPECT_EQ(choose_cuda_index(launch_placement(-1, 4, {}), 1), 0);
   EXPECT_EQ(choose_cuda_index(launch_placement(-1, 1, {}), 4), 0);  // one process, no launcher
   EXPECT_EQ(
-      launch_error([] {
+      test::error_message([] {
         choose_cuda_index(
             launch_placement(3, 4, {{"LOCAL_RANK", "3"}, {"CUDA_VISIBLE_DEVICES", "0,1"}}), 2);
       }),
       "this rank's GPU: local rank 3 (LOCAL_RANK=3) but 2 CUDA devices are visible "
       "(CUDA_VISIBLE_DEVICES=0,1): start at most 2 ranks per node, or give each rank one device "
       "(srun --gpus-per-task 1, or CUDA_VISIBLE_DEVICES=<one id> per rank)");
-  EXPECT_EQ(launch_error([] { choose_cuda_index(launch_placement(-1, 2, {}), 4); }),
+  EXPECT_EQ(test::error_message([] { choose_cuda_index(launch_placement(-1, 2, {}), 4); }),
             "this rank's GPU: 4 CUDA devices are visible (CUDA_VISIBLE_DEVICES, "
             "SLURM_GPUS_PER_TASK, SLURM_STEP_GPUS unset) and the launcher gave no local rank "
             "(LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID unset) to this rank of 2: "
             "set LOCAL_RANK, or give each rank one device (CUDA_VISIBLE_DEVICES=<one id> per "
             "rank)");
-  EXPECT_EQ(launch_error([] {
+  EXPECT_EQ(test::error_message([] {
               choose_cuda_index(launch_placement(0, 2, {{"CUDA_VISIBLE_DEVICES", ""}}), 0);
             }),
             "this rank's GPU: no CUDA device is visible to this process (CUDA_VISIBLE_DEVICES=)");
@@ -175,7 +166,7 @@ std::vector<std::string> agree_on_ranks(int world,
                                         const std::function<std::vector<RankFact>(int)>& facts) {
   std::vector<std::string> errors(world);
   on_ranks(world, [&](int rank, Communicator& comm) {
-    errors[rank] = launch_error([&] { check_ranks_agree(comm, facts(rank), torch::kCPU); });
+    errors[rank] = test::error_message([&] { check_ranks_agree(comm, facts(rank), torch::kCPU); });
   });
   return errors;
 }

@@ -56,15 +56,6 @@ DecoderLM random_model(const ModelConfig& cfg) {
   return m;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST(OlmoCheckpointTest, EveryParameterHasItsOfficialName) {
@@ -103,7 +94,7 @@ TEST(OlmoCheckpointTest, ErrorsNameWhatDoesNotFit) {
   bad.erase("transformer.blocks.1.c1");
   bad["transformer.blocks.0.ff_proj.bias"] = torch::zeros({48});
   bad["transformer.blocks.0.att_proj.weight"] = torch::zeros({48, 16});
-  const std::string e = error_of([&] { olmo_to_normlab(bad, cfg, "ckpt.pt"); });
+  const std::string e = test::error_message([&] { olmo_to_normlab(bad, cfg, "ckpt.pt"); });
   EXPECT_NE(e.find("ckpt.pt"), std::string::npos) << e;
   EXPECT_NE(e.find("does not have:\n    transformer.blocks.0.ff_proj.bias"), std::string::npos)
       << e;
@@ -113,20 +104,22 @@ TEST(OlmoCheckpointTest, ErrorsNameWhatDoesNotFit) {
             std::string::npos)
       << e;
   cfg.tie_embeddings = true;
-  EXPECT_NE(error_of([&] { olmo_check_config(cfg); }).find("model.tie_embeddings"),
+  EXPECT_NE(test::error_message([&] { olmo_check_config(cfg); }).find("model.tie_embeddings"),
             std::string::npos);
   EXPECT_THROW(olmo_to_normlab(olmo, cfg, "x"), ConfigError);
   for (const Scheme s : {Scheme::PreNorm, Scheme::Siamese, Scheme::HybridNorm})
-    EXPECT_NE(error_of([&] { olmo_check_config(test::tiny_config(s)); }).find("model.scheme"),
-              std::string::npos);
+    EXPECT_NE(
+        test::error_message([&] { olmo_check_config(test::tiny_config(s)); }).find("model.scheme"),
+        std::string::npos);
   ModelConfig siamese_hyper = test::tiny_config(Scheme::SiameseHybrid);  // Y as hyper-streams
   siamese_hyper.siamese.hyper.n = 2;
-  const std::string sh = error_of([&] { olmo_check_config(siamese_hyper); });
+  const std::string sh = test::error_message([&] { olmo_check_config(siamese_hyper); });
   EXPECT_NE(sh.find("model.siamese.hyper.n = 2"), std::string::npos) << sh;
   EXPECT_NE(sh.find("no Hyper-Connections"), std::string::npos) << sh;
   EXPECT_NE(sh.find("--format hf"), std::string::npos) << sh;  // the export that holds it
   // Hyper-Connections: refused with the scheme and the reason named
-  const std::string hyper = error_of([&] { olmo_check_config(test::tiny_config(Scheme::Hyper)); });
+  const std::string hyper =
+      test::error_message([&] { olmo_check_config(test::tiny_config(Scheme::Hyper)); });
   EXPECT_NE(hyper.find("model.scheme = hyper"), std::string::npos) << hyper;
   EXPECT_NE(hyper.find("no names for Hyper-Connections' parameters"), std::string::npos) << hyper;
 }
