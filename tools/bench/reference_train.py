@@ -8,8 +8,7 @@ optionally torch.compile of the model (Inductor, or the backend --compile-backen
 Usage: reference_train.py --shard SHARD.bin --scheme S --d-model D --n-layers L --n-heads H
            --d-ff F --vocab V --seq T --micro M --steps N [--warmup W] [--device cuda]
            [--compile [--compile-backend B]] [--no-bf16] [--threads K] [--flops-per-token F]
-           [--matmul-flops R]
-           [--peak-flops P]
+           [--matmul-flops R] [--peak-flops P]
 Prints the SDPA backend LibTorch picks ("sdpa <name>"), one line per timed step
 ("step <seconds>", synchronised before the clock stops) and at the end
 "result tokens_per_s=<timed tokens / timed seconds> peak_bytes=<max allocated> loss=<last>
