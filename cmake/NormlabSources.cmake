@@ -105,8 +105,10 @@ set(NORMLAB_SOURCES
   train/trainer_logs.cpp
   train/trainer_state.cpp
   util/cpu_allocator.cpp
+  util/cpu_class.cpp
   util/device.cpp
   util/file_io.cpp
+  util/library_error.cpp
   util/output_contract.cpp
   util/safetensors.cpp
   util/safetensors_format.cpp

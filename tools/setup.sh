@@ -11,6 +11,11 @@
 # Usage: tools/setup.sh [--no-python] [--tests]
 # Env:   NORMLAB_VENV  venv folder (default: <repo>/.venv)
 set -euo pipefail
+# normlab is built and tested on x86-64 only (docs/setup.md, "CPU classes"): say so first.
+if [ "$(uname -m)" != x86_64 ] && [ -z "${NORMLAB_ANY_ARCH:-}" ]; then
+  echo "setup: normlab is built and tested on x86-64 only; this machine is $(uname -m) (aarch64 is not supported: set NORMLAB_ANY_ARCH=1 to try anyway)" >&2
+  exit 1
+fi
 
 TORCH_VERSION=2.11.0
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

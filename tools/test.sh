@@ -13,8 +13,8 @@ t0=$(date +%s)
 "$root/tools/setup.sh" --tests  # with what only the tests use (Slurm, the interop packages)
 NORMLAB_SKIP_SETUP=1 "$root/tools/build.sh"
 t1=$(date +%s)
-# The CPU kernels ATen dispatches to (AVX-512, AVX2, the portable ones; ATEN_CPU_CAPABILITY
-# lowers them): the golden, oracle and training tests pass with each (.ci/run runs all).
+# The CPU class as the kernels see it (ATen's kernels, oneDNN's ISA; tools/simulate_cpu.sh
+# lowers both): the golden, oracle and training tests pass with each (.ci/run runs them all).
 # ctest runs nproc tests at a time, each with nproc ATen threads: the cores are oversubscribed on
 # purpose. libgomp's default wait policy spins at every barrier and so takes the core a thread of
 # the other test needs; passive waiting keeps the same threads and the same results
@@ -23,6 +23,9 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 venv=${NORMLAB_VENV:-$root/.venv}
 cap=$("$venv/bin/python" -c 'import torch; print(torch.backends.cpu.get_cpu_capability())' 2>/dev/null || echo unknown)
 echo "test: ATen CPU capability $cap${ATEN_CPU_CAPABILITY:+ (ATEN_CPU_CAPABILITY=$ATEN_CPU_CAPABILITY)}, OMP_WAIT_POLICY=$OMP_WAIT_POLICY"
+if [ -x "$build/tools/normlab" ]; then
+  echo "test: $("$build/tools/normlab" version 2>/dev/null | sed -n 's/^  cpu class: /CPU class: /p')"
+fi
 status=0
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT

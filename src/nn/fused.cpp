@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "build_config.h"
+#include "normlab/util/cpu_class.h"
 
 #if NORMLAB_HAVE_ONEDNN_MATMUL
 // Exported by libtorch_cpu without an installed header (ATen/native/mkldnn/Matmul.h in the
@@ -229,7 +230,9 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
 
 bool onednn_linear_available() {
 #if NORMLAB_HAVE_ONEDNN_MATMUL
-  return at::hasMKLDNN();
+  // LibTorch refuses its oneDNN matmul, for fp32 too, where oneDNN runs below its bf16 level
+  // (AVX2-only CPUs, or ONEDNN_MAX_CPU_ISA below AVX512_CORE): ATen's linear runs there.
+  return onednn_matmul_usable();
 #else
   return false;
 #endif

@@ -5,6 +5,7 @@
 #include "normlab/nn/fused.h"
 #include "normlab/nn/init.h"
 #include "normlab/nn/loss.h"
+#include "normlab/util/library_error.h"
 
 namespace normlab {
 
@@ -45,7 +46,12 @@ torch::Tensor DecoderLMImpl::hidden(const torch::Tensor& tokens, const Probe& pr
                                     int64_t skip_block) {
   TORCH_CHECK(tokens.dim() == 2, "DecoderLM: tokens must be (B, T), got ", tokens.sizes());
   if (hooks) hooks->before_forward();
-  Streams s = parts_.enter(embed(tokens));
+  Streams s;
+  try {
+    s = parts_.enter(embed(tokens));
+  } catch (...) {
+    rethrow_with_context("forward of the embedding");
+  }
   auto observe = [&](int64_t layer) {
     if (!probe) return;
     probe("x", layer, s.x);
@@ -53,17 +59,33 @@ torch::Tensor DecoderLMImpl::hidden(const torch::Tensor& tokens, const Probe& pr
   };
   observe(-1);
   for (size_t l = 0; l < scheme_blocks.size(); ++l) {
-    if (static_cast<int64_t>(l) != skip_block)
-      s = hooks ? hooks->run_block(l, *scheme_blocks[l], s) : scheme_blocks[l]->forward(s);
+    if (static_cast<int64_t>(l) != skip_block) {
+      try {
+        s = hooks ? hooks->run_block(l, *scheme_blocks[l], s) : scheme_blocks[l]->forward(s);
+      } catch (...) {
+        rethrow_with_context("forward of blocks." + std::to_string(l));
+      }
+    }
     observe(static_cast<int64_t>(l));
   }
-  torch::Tensor z = parts_.exit(s);
+  torch::Tensor z;
+  try {
+    z = parts_.exit(s);
+  } catch (...) {
+    rethrow_with_context("forward of the final fusion");
+  }
   if (probe) probe("z", config.n_layers, z);
   return z;
 }
 
 torch::Tensor DecoderLMImpl::forward(const torch::Tensor& tokens, const Probe& probe) {
-  torch::Tensor logits = fused::linear(hidden(tokens, probe), head_weight());
+  const torch::Tensor z = hidden(tokens, probe);
+  torch::Tensor logits;
+  try {
+    logits = fused::linear(z, head_weight());
+  } catch (...) {
+    rethrow_with_context("forward of the LM head");
+  }
   return hooks ? hooks->after_forward(std::move(logits)) : logits;
 }
 

@@ -3,12 +3,15 @@
 namespace normlab {
 
 PrecisionChoice choose_precision(Precision requested, const torch::Device& device,
-                                 const std::string& cpu_bf16) {
+                                 const CpuClass& cpu) {
+  const std::string& cpu_bf16 = cpu.bf16;
   PrecisionChoice c;
   const std::string where = device.is_cuda() ? "CUDA" : "the CPU";
   const bool native = device.is_cuda() || !cpu_bf16.empty();
   const std::string how = device.is_cuda()   ? "CUDA computes bf16 natively"
-                          : cpu_bf16.empty() ? "this CPU has neither AMX nor AVX512-BF16"
+                          : cpu_bf16.empty() ? "bf16 is not native here (oneDNN " +
+                                                   (cpu.onednn.empty() ? "unknown" : cpu.onednn) +
+                                                   ": no AMX, no AVX512-BF16)"
                                              : "this CPU computes bf16 natively (" + cpu_bf16 + ")";
   switch (requested) {
     case Precision::Fp64:
@@ -27,7 +30,10 @@ PrecisionChoice choose_precision(Precision requested, const torch::Device& devic
       if (!native)
         c.warning =
             "train.precision = bf16 on a CPU without native bf16 (no AMX, no "
-            "AVX512-BF16): bf16 is emulated, correct but slower than fp32";
+            "AVX512-BF16 as oneDNN runs here: " +
+            (cpu.onednn.empty() ? std::string("unknown") : cpu.onednn) +
+            "): bf16 is emulated, correct but " + bf16_emulation_cost(cpu) +
+            "; train.precision = fp32 (or auto) is faster here";
       break;
     case Precision::Auto:
       c.bf16 = native;

@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cmath>
 
+#include "normlab/util/library_error.h"
+
 #include "train/trainer_checkpoints.h"
 #include "train/trainer_context.h"
 #include "train/trainer_data.h"
@@ -58,13 +60,21 @@ struct Trainer::Impl {
     logs.describe_kernels(ctx);
   }
 
+  // A LibTorch error names what was running (util/library_error.h): the step or the evaluation.
+  EvalReport evaluate_in_context() {
+    try {
+      return state.evaluate(ctx, data);
+    } catch (...) {
+      rethrow_with_context("evaluation after step " + std::to_string(state.steps_done()));
+    }
+  }
   EvalReport evaluate() {
-    const EvalReport e = state.evaluate(ctx, data);
+    const EvalReport e = evaluate_in_context();
     logs.note_tasks(e);
     return e;
   }
   void add_evaluation(int64_t step, nlohmann::json& line) {
-    logs.record_evaluation(ctx, step, state.evaluate(ctx, data), line);
+    logs.record_evaluation(ctx, step, evaluate_in_context(), line);
   }
   void diagnose(nlohmann::json& line) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -74,7 +84,13 @@ struct Trainer::Impl {
     line["diagnostics_seconds"] = secs;
     state.add_wall_seconds(secs);
   }
-  StepMetrics step() { return state.step(ctx, data); }
+  StepMetrics step() {
+    try {
+      return state.step(ctx, data);
+    } catch (...) {
+      rethrow_with_context("training step " + std::to_string(state.steps_done() + 1));
+    }
+  }
   std::string save() { return checkpoints.save(ctx, state); }
   RunSummary finish(RunStatus status) { return logs.finish(ctx, status, state); }
   RunSummary run();

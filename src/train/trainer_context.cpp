@@ -25,8 +25,8 @@ RunContext::RunContext(const RunConfig& config, const TrainOptions& options)
                       ": must divide the number of ranks (" + std::to_string(world) +
                       "), e.g. the GPUs of one node; 0 shards over all ranks");
   device = resolve_device(cfg.train.device, o.device_index);
-  precision = choose_precision(cfg.train.precision, device,
-                               device.is_cuda() ? std::string() : cpu_native_bf16());
+  cpu = cpu_class(o.onednn_max_isa);
+  precision = choose_precision(cfg.train.precision, device, cpu);
   bf16 = precision.bf16;
   fp64 = precision.fp64;
   // Before any tensor: a model that cannot fit stops here with its key, not in an allocation.

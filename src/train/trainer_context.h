@@ -42,6 +42,7 @@ class RunContext {
   const bool sharded;  // FSDP: several ranks, or distributed.force_fsdp
   const bool lead;     // rank 0: writes the run folder's files
   torch::Device device{torch::kCPU};
+  CpuClass cpu;               // the CPU as the kernels see it (under TrainOptions::onednn_max_isa)
   PrecisionChoice precision;  // train.precision resolved for the device (the log says why)
   bool bf16 = false;          // bf16 autocast on the device (CPU or CUDA), fp32 master weights
   bool fp64 = false;          // weights, state and activations in float64

@@ -292,7 +292,10 @@ void RunLogs::describe_kernels(const RunContext& ctx) {
                 "attention: SDPA backend %s; %.3g FLOP per token (6N + causal attention)",
                 sum_.attention_backend.c_str(), flops_token_);
   ctx.info(msg);
-  if (!ctx.device.is_cuda()) return;
+  if (!ctx.device.is_cuda()) {
+    ctx.info("CPU: " + ctx.cpu.describe());
+    return;
+  }
   gpu_name_ = cuda_devices().at(static_cast<size_t>(std::max<int>(ctx.device.index(), 0))).name;
   peak_ = mfu_peak(gpu_name_, ctx.cfg.logging.peak_tflops * 1e12);
   if (peak_)

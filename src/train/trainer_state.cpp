@@ -3,6 +3,8 @@
 // restoring weights and optimizer state from a checkpoint.
 #include "train/trainer_state.h"
 
+#include "normlab/util/library_error.h"
+
 #include <torch/torch.h>
 
 #include <chrono>
@@ -18,6 +20,7 @@
 #include "normlab/nn/parameter_roles.h"
 #include "normlab/nn/weights.h"
 #include "normlab/train/schedule.h"
+#include "normlab/util/library_error.h"
 #include "normlab/util/safetensors.h"
 
 namespace normlab {
@@ -123,7 +126,14 @@ RunState::RunState(const RunContext& ctx, bool resuming)
   opt_ = std::make_unique<AdamW>(named, cfg.optimizer);
   activation_checkpointed_blocks_ =
       std::make_unique<ActivationCheckpointedBlocks>(activation_checkpointing_every_);
-  if (activation_checkpointing_every_ > 0) model_->hooks = activation_checkpointed_blocks_.get();
+  restore_hooks(ctx);
+}
+
+// The layer that sees the blocks' forward: activation checkpointing, else the test-only hooks
+// of the options (NORMLAB_FAULT), else none.
+void RunState::restore_hooks(const RunContext& ctx) {
+  model_->hooks = activation_checkpointing_every_ > 0 ? activation_checkpointed_blocks_.get()
+                                                      : ctx.o.forward_hooks;
 }
 
 void RunState::build_fsdp(const RunContext& ctx) {
@@ -184,7 +194,11 @@ double RunState::accumulate(const RunContext& ctx, TrainData& data, int64_t s, S
     if (fsdp_)
       fsdp_->set_gradient_sync(cfg.distributed.reduce == GradientReduce::PerMicroStep ||
                                m + 1 == loader.micro_steps());
-    (out.loss * scale).backward();
+    try {
+      (out.loss * scale).backward();
+    } catch (...) {
+      rethrow_with_context("backward");
+    }
     if (fsdp_) fsdp_->finish_backward();
     loss_sum.add_(out.ce.detach().to(torch::kDouble), scale);
   }
@@ -259,7 +273,7 @@ DiagnosticsReport RunState::diagnose(const RunContext& ctx, const Batch& batch) 
   options.top_k = ctx.cfg.diagnostics.top_k;
   options.pruning = ctx.cfg.diagnostics.pruning;
   DiagnosticsReport d = run_diagnostics(*model_, batch.inputs, batch.targets, options);
-  if (activation_checkpointing_every_ > 0) model_->hooks = activation_checkpointed_blocks_.get();
+  restore_hooks(ctx);
   d.step = st_.step;
   return d;
 }

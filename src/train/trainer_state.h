@@ -61,6 +61,7 @@ class RunState {
  private:
   double accumulate(const RunContext& ctx, TrainData& data, int64_t s, StepMetrics& m);
   void build_fsdp(const RunContext& ctx);
+  void restore_hooks(const RunContext& ctx);
 
   DecoderLM model_{nullptr};
   std::vector<torch::Tensor> params_;

@@ -1,7 +1,6 @@
 #include "normlab/util/device.h"
 #include "normlab/util/error.h"
 
-#include <ATen/cpu/Utils.h>
 #include <ATen/cuda/CUDAContextLight.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <unistd.h>
@@ -133,18 +132,6 @@ std::vector<CudaDeviceInfo> cuda_devices() {
                    static_cast<double>(p->totalGlobalMem) / (1024.0 * 1024.0 * 1024.0)});
   }
   return out;
-}
-
-std::string cpu_native_bf16() {
-  const auto caps = at::cpu::get_cpu_capabilities();
-  const auto has = [&](const char* name) {
-    const auto it = caps.find(name);
-    return it != caps.end() && it->second.isBool() && it->second.toBool();
-  };
-  // Linux hands out the AMX tile state on request (arch_prctl); without it AMX would fault.
-  if (has("amx_bf16") && has("amx_tile") && at::cpu::init_amx()) return "AMX";
-  if (has("avx512_bf16")) return "AVX512-BF16";
-  return "";
 }
 
 double measure_matmul_flops(const torch::Device& device, int64_t n, int reps) {

@@ -39,12 +39,17 @@ LogLevel log_level_from_string(std::string_view name) {
 struct Logger::Impl {
   // Constructed directly, not through spdlog's global registry: each Logger owns its sinks.
   std::shared_ptr<spdlog::logger> logger;
+  std::shared_ptr<spdlog::logger> file_only;  // the file sink alone (none without a file)
 };
 
 Logger::Logger(std::string name, LogLevel level, const std::string& file) : impl_(new Impl) {
   std::vector<spdlog::sink_ptr> sinks;
   sinks.push_back(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
   if (!file.empty()) sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(file));
+  if (sinks.size() > 1) {
+    impl_->file_only = std::make_shared<spdlog::logger>(name, sinks.back());
+    impl_->file_only->flush_on(spdlog::level::err);
+  }
   impl_->logger = std::make_shared<spdlog::logger>(std::move(name), sinks.begin(), sinks.end());
   impl_->logger->set_pattern("[%H:%M:%S] %^%l%$ %v");
   impl_->logger->set_level(to_spdlog(level));
@@ -60,7 +65,13 @@ void Logger::debug(std::string_view msg) const { impl_->logger->debug("{}", msg)
 void Logger::info(std::string_view msg) const { impl_->logger->info("{}", msg); }
 void Logger::warn(std::string_view msg) const { impl_->logger->warn("{}", msg); }
 void Logger::error(std::string_view msg) const { impl_->logger->error("{}", msg); }
-void Logger::set_level(LogLevel level) { impl_->logger->set_level(to_spdlog(level)); }
+void Logger::error_to_file(std::string_view msg) const {
+  (impl_->file_only ? impl_->file_only : impl_->logger)->error("{}", msg);
+}
+void Logger::set_level(LogLevel level) {
+  impl_->logger->set_level(to_spdlog(level));
+  if (impl_->file_only) impl_->file_only->set_level(to_spdlog(level));
+}
 bool Logger::enabled(LogLevel level) const { return impl_->logger->should_log(to_spdlog(level)); }
 void Logger::flush() const { impl_->logger->flush(); }
 

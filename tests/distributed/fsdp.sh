@@ -103,7 +103,11 @@ for w in (2, 3):
     # Sums over the batch run in another order on W ranks, so gradients differ in the last bits;
     # AdamW divides by sqrt(v), which turns that noise into visible updates only where the
     # gradient is itself ~0 (rows of rare tokens). So: nearly every element within 1e-5
-    # relative, and no element off by more than 1e-3 of its tensor's scale.
+    # relative, and no element off by more than 1e-3 of its tensor's scale. How many such
+    # elements there are depends on the GEMM kernels' summation order: 28 (W=2) and 47 (W=3) of
+    # 625,568 with AVX-512 and oneDNN's matmul, 83 in the AVX2 class (MKL's AVX2 GEMMs through
+    # ATen's linear; tools/simulate_cpu.sh avx2), so the bound is 5e-4 of the elements (313),
+    # 4x the most seen; a wrong scale or shard moves nearly all of them, and the losses above.
     worst, off, total = (0.0, ""), 0, 0
     for k in w_ref:
         assert whole[k].shape == w_ref[k].shape, k
@@ -112,7 +116,7 @@ for w in (2, 3):
         worst = max(worst, (d.max().item() / scale, k))
         off += d.gt(1e-5 * w_ref[k].abs() + 1e-6).sum().item()
         total += d.numel()
-    assert worst[0] <= 1e-3 and off <= 1e-4 * total, (w, worst, off, total)
+    assert worst[0] <= 1e-3 and off <= 5e-4 * total, (w, worst, off, total)
     s = json.load(open(f"{work}/w{w}/summary.json"))
     ratio = s["rank_state_bytes"] / s["unsharded_state_bytes"]
     assert s["world_size"] == w and ratio <= 1.05 / w, (w, ratio)

@@ -1,24 +1,32 @@
 #!/usr/bin/env bash
-# bf16 training speed on the CPU, side by side in one invocation: `normlab train` in bf16
-# (train.precision = bf16: CPU autocast) and in fp32, against the PyTorch reference trainer
+# Training speed on the CPU in the CPU class's fastest precision, side by side in one
+# invocation: `normlab train` against the PyTorch reference trainer
 # (tools/bench/reference_train.py: the same model, F.scaled_dot_product_attention, AdamW) in
-# eager mode with bf16 autocast and under torch.compile with bf16 autocast. Same torch, same
-# threads, same shards, one micro-batch of MICRO sequences a step on every side. The sides
-# alternate REPEATS times, each run timing STEPS steps after WARMUP untimed ones (torch.compile
-# compiles during the warm-up). The headline is each side's best step over all its runs (the
-# machines here are noisy; a busy neighbour only slows a run down); medians beside it. Ratios:
-# the other side's time over normlab bf16's (> 1: normlab bf16 faster).
+# eager mode and under torch.compile. Same torch, same threads, same shards, one micro-batch of
+# MICRO sequences a step on every side. Sides:
+#   bf16, fp32                normlab train with train.precision = bf16 / fp32
+#   eager, compile            the reference with bf16 autocast
+#   eager_fp32, compile_fp32  the reference in fp32
+# The default sides follow the CPU class as normlab sees it (`normlab version`): with native
+# bf16 (AMX, AVX512-BF16) bf16,fp32,eager,compile; without it (bf16 would be emulated, 14x to
+# 600x slower in matmuls) fp32,eager_fp32,compile_fp32. tools/simulate_cpu.sh runs it as a
+# lower class. The sides alternate REPEATS times, each run timing STEPS steps after WARMUP
+# untimed ones (torch.compile compiles during the warm-up). The headline is each side's best
+# step over all its runs (the machines here are noisy; a busy neighbour only slows a run down);
+# medians beside it. Ratios: the other side's time over the first side's (> 1: the first side
+# faster). Last, the fp32 matmul rate measured in the same run (2048^3, ATen) and the share of
+# it that the first normlab side's best step reaches (model FLOPs: 6N + causal attention).
 # Shapes: small = configs/small/lm.yaml (d_model 256, 6 layers, d_ff 688, seq 256);
 #         512   = d_model 512, 8 layers, 8 heads, d_ff 1376, seq 256.
 # Usage: tools/bench/bf16_bench.sh [SHAPE=512] [SCHEME=pre_norm] [STEPS=4] [REPEATS=2] [WARMUP=2]
-#                                  [SIDES=bf16,fp32,eager,compile] [MICRO=8]
-# Prints the CPU's model name and its bf16 flags (amx_tile, avx512_bf16) first.
+#                                  [SIDES=by class] [MICRO=8]
+# Prints the CPU's model name, its bf16 flags (amx_tile, amx_bf16, avx512_bf16) and its class.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${NORMLAB_BUILD_DIR:-$root/build}
 py=${NORMLAB_VENV:-$root/.venv}/bin/python
 shape=${1:-512} scheme=${2:-pre_norm} steps=${3:-4} repeats=${4:-2} warmup=${5:-2}
-sides=${6:-bf16,fp32,eager,compile} micro=${7:-8}
+sides=${6:-} micro=${7:-8}
 threads=$(nproc)
 case $shape in
   small) d=256 L=6 H=8 F=688 ;;
@@ -34,9 +42,20 @@ trap 'rm -rf "$work"' EXIT
 total=$((steps + warmup))
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2)}'; }
 
-cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
-flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -x -e amx_tile -e amx_bf16 -e avx512_bf16 | tr '\n' ' ')
-echo "cpu: $cpu; bf16 flags: ${flags:-none}; $threads threads; $("$build/tools/normlab" version | grep '^train.precision')"
+cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //' || true)
+flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | { grep -x -e amx_tile -e amx_bf16 -e avx512_bf16 || true; } | tr '\n' ' ')
+version=$("$build/tools/normlab" version)
+class=$(sed -n 's/^  cpu class: //p' <<< "$version")
+echo "cpu: ${cpu:-unknown}; bf16 flags: ${flags:-none}; $threads threads"
+echo "cpu class: $class"
+echo "$(grep '^train.precision' <<< "$version")"
+if [ -z "$sides" ]; then
+  case $class in
+    *"bf16 native"*) sides=bf16,fp32,eager,compile ;;
+    *) sides=fp32,eager_fp32,compile_fp32
+       echo "sides: fp32 (bf16 is emulated in this class; SIDES=bf16,... asks for it anyway)" ;;
+  esac
+fi
 printf 'training step, %s: d_model %s, %s layers, d_ff %s, %s x %s tokens a step, %s runs x %s steps (+%s warm-up)\n' \
   "$scheme" "$d" "$L" "$F" "$micro" "$T" "$repeats" "$steps" "$warmup"
 
@@ -55,14 +74,16 @@ run_side() {  # side -> step seconds of the timed steps, one per line
 for l in open(sys.argv[1]):
     j = json.loads(l)
     if j["step"] > int(sys.argv[2]): print(j["step_seconds"])' "$work/run/metrics.jsonl" "$warmup" ;;
-    eager|compile)
-      local flag=(); [ "$side" = compile ] && flag=(--compile)
+    eager|compile|eager_fp32|compile_fp32)
+      local flag=()
+      case $side in compile*) flag=(--compile) ;; esac
+      case $side in *_fp32) flag+=(--no-bf16) ;; esac
       (cd "$root/tools/bench" && "$py" reference_train.py --shard "$shard" --scheme "$scheme" \
         --d-model $d --n-layers $L --n-heads $H --d-ff $F --vocab $V --seq $T --micro $micro \
         --steps $steps --warmup $warmup --device cpu --threads $threads "${flag[@]}") >"$work/log" 2>&1 \
         || { cat "$work/log" >&2; exit 1; }
       awk '$1 == "step" {print $2}' "$work/log" ;;
-    *) echo "bf16_bench: unknown side '$side' (bf16, fp32, eager, compile)" >&2; exit 2 ;;
+    *) echo "bf16_bench: unknown side '$side' (bf16, fp32, eager, compile, eager_fp32, compile_fp32)" >&2; exit 2 ;;
   esac
 }
 
@@ -70,18 +91,24 @@ for side in ${sides//,/ }; do : > "$work/times_$side"; done
 for ((r = 0; r < repeats; r++)); do
   for side in ${sides//,/ }; do run_side "$side" >> "$work/times_$side"; done
 done
-printf "  %-26s %10s %10s %14s %14s\n" side "best (s)" "median (s)" "best / bf16" "median / bf16"
-base_b="" base_m=""
-if [ -s "$work/times_bf16" ]; then
-  base_b=$(sort -g "$work/times_bf16" | head -1) base_m=$(median < "$work/times_bf16")
-fi
+first=${sides%%,*}
+printf "  %-26s %10s %10s %14s %14s\n" side "best (s)" "median (s)" "best / $first" "median / $first"
+base_b=$(sort -g "$work/times_$first" | head -1) base_m=$(median < "$work/times_$first")
 for side in ${sides//,/ }; do
   b=$(sort -g "$work/times_$side" | head -1) m=$(median < "$work/times_$side")
   case $side in
     bf16) name="normlab bf16" ;; fp32) name="normlab fp32" ;;
     eager) name="PyTorch eager bf16 autocast" ;; compile) name="torch.compile bf16 autocast" ;;
+    eager_fp32) name="PyTorch eager fp32" ;; compile_fp32) name="torch.compile fp32" ;;
   esac
   awk -v n="$name" -v b="$b" -v m="$m" -v bb="$base_b" -v bm="$base_m" 'BEGIN {
-    if (bb == "") printf "  %-26s %10.3f %10.3f\n", n, b, m
-    else printf "  %-26s %10.3f %10.3f %13.2fx %13.2fx\n", n, b, m, b / bb, m / bm }'
+    printf "  %-26s %10.3f %10.3f %13.2fx %13.2fx\n", n, b, m, b / bb, m / bm }'
 done
+# The first normlab side's model FLOP rate against the fp32 matmul rate of this run.
+if [ "$first" = bf16 ] || [ "$first" = fp32 ]; then
+  fpt=$(sed -n 's/.* \([0-9.e+]*\) FLOP per token.*/\1/p' "$work/run/train.log" | head -1)
+  rate=$("$py" "$root/tools/bench/matmul_rate.py" --device cpu --n 2048 --reps 5 | sed -n 's/^matmul_flops=//p')
+  awk -v f="$fpt" -v t=$((micro * T)) -v b="$base_b" -v r="$rate" -v s="$first" 'BEGIN {
+    printf "normlab %s best step: %.1f GFLOP/s of model FLOPs; fp32 matmul (2048^3, this run): %.1f GFLOP/s; %.0f %%\n",
+      s, f * t / b / 1e9, r / 1e9, 100 * f * t / b / r }'
+fi

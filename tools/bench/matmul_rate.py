@@ -3,8 +3,9 @@ GPU benchmark prints beside the nominal one (over the GPU's peak dense bf16 rate
 Same method as normlab's measure_matmul_flops (src/util/device.cpp): the median of timed
 (n x n) @ (n x n) products after a warm-up, synchronised; bf16 on CUDA, fp32 on the CPU.
 
-Usage: matmul_rate.py [--device cuda] [--n 8192] [--reps 10]
-Prints "matmul_flops=<FLOP/s>".
+Usage: matmul_rate.py [--device cuda] [--n 8192] [--reps 10] [--dtype bf16|fp32]
+Prints "matmul_flops=<FLOP/s>". --dtype overrides the device's dtype (the CPU's bf16 rate, where
+oneDNN may emulate it: tools/bench/cpu_classes.sh).
 """
 import argparse
 import time
@@ -12,9 +13,10 @@ import time
 import torch
 
 
-def measure(device, n=8192, reps=10):
+def measure(device, n=8192, reps=10, dtype=None):
     dev = torch.device(device)
-    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    if dtype is None:
+        dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     a = torch.randn(n, n, device=dev, dtype=dtype)
     b = torch.randn(n, n, device=dev, dtype=dtype)
     c = torch.empty(n, n, device=dev, dtype=dtype)
@@ -37,8 +39,10 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--n", type=int, default=8192)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--dtype", choices=["bf16", "fp32"], default=None)
     a = ap.parse_args()
-    print(f"matmul_flops={measure(a.device, a.n, a.reps):.6g}")
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, None: None}[a.dtype]
+    print(f"matmul_flops={measure(a.device, a.n, a.reps, dtype):.6g}")
 
 
 if __name__ == "__main__":

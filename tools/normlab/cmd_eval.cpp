@@ -9,6 +9,7 @@
 
 #include "command.h"
 #include "eval_data.h"
+#include "fault.h"
 #include "normlab/data/loader.h"
 #include "normlab/data/shard.h"
 #include "normlab/data/tokenizer.h"
@@ -16,6 +17,7 @@
 #include "normlab/eval/tasks.h"
 #include "normlab/train/export.h"
 #include "normlab/util/file_io.h"
+#include "normlab/util/library_error.h"
 #include "normlab/util/output_contract.h"
 
 namespace normlab::cli {
@@ -75,6 +77,8 @@ Runner setup_eval(CLI::App& sub) {
     for (const auto& t : o->tasks) tasks.emplace_back(fs::path(t).stem().string(), load_mc_task(t));
     const torch::Device device(o->device);
     LoadedModel m = load_model(o->checkpoint, device);
+    const std::unique_ptr<ForwardHooks> fault_hooks = forward_fault(environment_fault());
+    if (fault_hooks) m.model->hooks = fault_hooks.get();  // tests only (fault.h)
     const std::string tok_path = o->tokenizer.empty() ? m.tokenizer : o->tokenizer;
     std::unique_ptr<Tokenizer> tok;
     if (!tok_path.empty() && fs::exists(tok_path)) tok = std::make_unique<Tokenizer>(tok_path);
@@ -93,8 +97,12 @@ Runner setup_eval(CLI::App& sub) {
                                        m.model->config.vocab_size, tok ? tok->path() : "");
       const ValLoader loader(data, std::min<int64_t>(o->batch, data->num_samples()));
       const std::vector<int32_t> bytes = tok ? tok->token_byte_lengths() : std::vector<int32_t>{};
-      const EvalResult r =
-          evaluate(*m.model, loader, o->batches, device, false, tok ? &bytes : nullptr);
+      EvalResult r;
+      try {
+        r = evaluate(*m.model, loader, o->batches, device, false, tok ? &bytes : nullptr);
+      } catch (...) {
+        rethrow_with_context("evaluation of " + o->data);
+      }
       const std::string part =
           o->format == DataFormat::Shards ? o->split : std::string(enum_name(o->format));
       std::cout << std::fixed << std::setprecision(4) << part << ": loss " << r.loss
@@ -115,7 +123,12 @@ Runner setup_eval(CLI::App& sub) {
       }
     }
     for (const auto& [name, items] : tasks) {
-      const McResult r = evaluate_mc(*m.model, *tok, items, o->batch, device);
+      McResult r;
+      try {
+        r = evaluate_mc(*m.model, *tok, items, o->batch, device);
+      } catch (...) {
+        rethrow_with_context("task " + name);
+      }
       std::cout << std::fixed << std::setprecision(4) << "task " << name << ": acc " << r.acc
                 << ", acc_norm " << r.acc_norm << " (" << r.items << " items)\n";
       result["tasks"][name] = {{"acc", r.acc}, {"acc_norm", r.acc_norm}, {"items", r.items}};

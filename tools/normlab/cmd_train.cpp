@@ -26,6 +26,7 @@
 #include "normlab/util/device.h"
 #include "normlab/util/error.h"
 #include "normlab/util/file_io.h"
+#include "normlab/util/library_error.h"
 #include "normlab/util/log.h"
 #include "normlab/util/output_contract.h"
 #include "python_tool.h"
@@ -124,6 +125,9 @@ Runner setup_train(CLI::App& sub) {
     opts.checkpoint_fault = checkpoint_fault.get();
     opts.after_step =
         step_fault(environment_fault(), [&signals](int sig) { signals.raise_and_wait(sig); });
+    const std::unique_ptr<ForwardHooks> forward_hooks = forward_fault(environment_fault());
+    opts.forward_hooks = forward_hooks.get();
+    opts.onednn_max_isa = onednn_max_isa_from_environment();
     std::unique_ptr<Communicator> comm;
     RunSummary s;
     try {
@@ -137,6 +141,10 @@ Runner setup_train(CLI::App& sub) {
       opts.device_index = device.is_cuda() ? device.index() : -1;
       s = train(cfg, opts);
     } catch (const std::exception& e) {
+      // A LibTorch error: one line for the user (main prints it), its backtrace in train.log.
+      if (const auto* le = dynamic_cast<const LibraryError*>(&e))
+        log.error_to_file("LibTorch error in " + le->doing() + ", with its backtrace:\n" +
+                          le->backtrace());
       if (env.world == 1) throw;
       // One rank failing must end the job: exit without finalizing the engine (a finalize would
       // wait for peers that are blocked in a collective); the launcher stops the others.

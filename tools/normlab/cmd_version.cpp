@@ -1,21 +1,31 @@
 // normlab version: normlab's and LibTorch's versions, whether CUDA is usable, the devices seen,
-// how the CPU computes bf16 and what train.precision = auto chooses here.
+// the CPU class as the kernels see it (oneDNN's ISA, ATen's kernels, the linear path, bf16
+// native or emulated) and what train.precision = auto chooses here.
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <iomanip>
 #include <iostream>
 
 #include "command.h"
 #include "normlab/nn/fused.h"
 #include "normlab/train/precision.h"
+#include "normlab/util/cpu_class.h"
 #include "normlab/util/device.h"
 #include "normlab/version.h"
 
 namespace normlab::cli {
 
+std::string onednn_max_isa_from_environment() {
+  for (const char* name : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"})
+    if (const char* v = std::getenv(name); v && *v) return v;
+  return "";
+}
+
 Runner setup_version(CLI::App& sub) {
   return [] {
-    const std::string cpu_bf16 = cpu_native_bf16();
+    const CpuClass cpu = cpu_class(onednn_max_isa_from_environment());
+    const std::string& cpu_bf16 = cpu.bf16;
     std::cout << "normlab " << NORMLAB_VERSION_STRING << "\n"
               << "LibTorch " << torch_version() << "\n"
               << "normlab CUDA kernels: "
@@ -27,6 +37,7 @@ Runner setup_version(CLI::App& sub) {
               << "  cpu (" << at::get_num_threads() << " threads, bf16 "
               << (cpu_bf16.empty() ? "emulated: no AMX, no AVX512-BF16" : "native: " + cpu_bf16)
               << ")\n";
+    std::cout << "  cpu class: " << cpu.describe() << "\n";
     for (const CudaDeviceInfo& d : cuda_devices()) {
       std::cout << "  cuda:" << d.index << " " << d.name << " (sm_" << d.compute_major
                 << d.compute_minor << ", " << std::fixed << std::setprecision(1) << d.memory_gib
@@ -34,7 +45,7 @@ Runner setup_version(CLI::App& sub) {
     }
     const torch::Device device = resolve_device("auto");
     std::cout << "train.precision = auto on " << device.str() << ": "
-              << choose_precision(Precision::Auto, device, cpu_bf16).reason << "\n";
+              << choose_precision(Precision::Auto, device, cpu).reason << "\n";
     return 0;
   };
 }

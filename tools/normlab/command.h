@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string>
 
 namespace normlab::cli {
 
@@ -16,6 +17,10 @@ struct Command {
   const char* summary;
   Runner (*setup)(CLI::App& sub);
 };
+
+/// The oneDNN ISA limit of this process, as oneDNN reads it: ONEDNN_MAX_CPU_ISA, else
+/// DNNL_MAX_CPU_ISA, else "" (util/cpu_class.h; cmd_version.cpp).
+std::string onednn_max_isa_from_environment();
 
 Runner setup_analyze(CLI::App& sub);
 Runner setup_checkpoint(CLI::App& sub);

@@ -16,7 +16,7 @@ namespace {
 constexpr const char* kForms =
     "abort_after_bytes:checkpoint:N, abort_after_bytes:export:N, raise_at_step:SIGNAL:N or "
     "raise_in_parent_at_step:SIGNAL:N, with SIGNAL one of SIGINT, SIGTERM, SIGKILL, SIGSEGV, "
-    "SIGABRT";
+    "SIGABRT, or torch_error:blocks:L";
 
 [[noreturn]] void bad(const std::string& value, const std::string& why) {
   throw ConfigError("NORMLAB_FAULT='" + value + "': " + why + " (test-only fault injection; " +
@@ -66,6 +66,12 @@ Fault parse_fault(const std::string& value) {
     f.step = static_cast<int64_t>(number(value, parts[2], 1));
     return f;
   }
+  if (parts[0] == "torch_error") {
+    if (parts[1] != "blocks") bad(value, "unknown place '" + parts[1] + "' (blocks)");
+    f.kind = Fault::Kind::TorchError;
+    f.block = static_cast<int64_t>(number(value, parts[2], 0));
+    return f;
+  }
   bad(value, "unknown fault '" + parts[0] + "'");
 }
 
@@ -93,6 +99,28 @@ std::function<void(int64_t)> step_fault(const Fault& fault, std::function<void(i
     else
       ::raise(fault.signal);  // delivered to this thread before raise returns
   };
+}
+
+namespace {
+
+class TorchErrorInBlock : public ForwardHooks {
+ public:
+  explicit TorchErrorInBlock(int64_t block) : block_(block) {}
+  Streams run_block(size_t layer, SchemeBlockImpl& block, const Streams& in) override {
+    TORCH_CHECK(static_cast<int64_t>(layer) != block_,
+                "a LibTorch error forced by NORMLAB_FAULT=torch_error:blocks:", block_);
+    return block.forward(in);
+  }
+
+ private:
+  int64_t block_;
+};
+
+}  // namespace
+
+std::unique_ptr<ForwardHooks> forward_fault(const Fault& fault) {
+  if (fault.kind != Fault::Kind::TorchError) return nullptr;
+  return std::make_unique<TorchErrorInBlock>(fault.block);
 }
 
 }  // namespace normlab::cli

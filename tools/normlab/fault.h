@@ -11,6 +11,9 @@
 //                                       SIGSEGV, SIGABRT) in itself after step N's metrics line
 //   raise_in_parent_at_step:SIGNAL:N    ... in its parent process instead (the sweep that
 //                                       launched it: Ctrl-C or kill -9 of the sweep at step N)
+//   torch_error:blocks:L                a LibTorch error (c10::Error, with its C++ backtrace)
+//                                       thrown in the forward of blocks.L (normlab train and
+//                                       eval), as an unexpected one from LibTorch would be
 //
 // Unset or empty: no fault. Anything else stops every command with a ConfigError naming the
 // variable and the value.
@@ -21,18 +24,20 @@
 #include <memory>
 #include <string>
 
+#include "normlab/nn/model.h"
 #include "normlab/util/file_io.h"
 
 namespace normlab::cli {
 
 struct Fault {
-  enum class Kind { None, AbortAfterBytes, RaiseAtStep };
+  enum class Kind { None, AbortAfterBytes, RaiseAtStep, TorchError };
   Kind kind = Kind::None;
   std::string writer;   // AbortAfterBytes: "checkpoint" or "export"
   uint64_t bytes = 0;   // AbortAfterBytes
   int signal = 0;       // RaiseAtStep
   bool parent = false;  // RaiseAtStep: in the parent process
   int64_t step = 0;     // RaiseAtStep
+  int64_t block = 0;    // TorchError
 };
 
 /// Parses a value of NORMLAB_FAULT; throws ConfigError naming the variable and the value.
@@ -48,5 +53,9 @@ std::unique_ptr<WriteFault> write_fault(const Fault& fault, const std::string& w
 /// through `raise_stop` (normlab train takes them on a waiter thread, which a signal raised in
 /// the calling thread would never reach); the others are raised in the calling thread.
 std::function<void(int64_t)> step_fault(const Fault& fault, std::function<void(int)> raise_stop);
+
+/// ForwardHooks that throw a c10::Error in the forward of the fault's block (TrainOptions::
+/// forward_hooks, DecoderLM::hooks) for a TorchError fault; null otherwise.
+std::unique_ptr<ForwardHooks> forward_fault(const Fault& fault);
 
 }  // namespace normlab::cli

@@ -1,7 +1,12 @@
 // The normlab command-line tool. Subcommands are declared in kCommands, one row each; their
 // options and code live in cmd_<name>.cpp. Errors go to stderr with a non-zero exit code:
 // 1 for a failed command, 2 for an unknown command, the CLI11 code (105, 106, ...) for a
-// malformed command line.
+// malformed command line. An error from LibTorch is one line too: what normlab was doing and
+// LibTorch's message; its C++ backtrace goes to the run's train.log, and to the terminal with
+// TORCH_SHOW_CPP_STACKTRACES=1.
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -9,6 +14,7 @@
 #include "command.h"
 #include "fault.h"
 #include "normlab/util/error.h"
+#include "normlab/util/library_error.h"
 #include "normlab/version.h"
 
 namespace {
@@ -35,6 +41,12 @@ const Command kCommands[] = {
   {"version", "print normlab's and LibTorch's versions and the devices seen", normlab::cli::setup_version},
 };
 // clang-format on
+
+// TORCH_SHOW_CPP_STACKTRACES=1: LibTorch's C++ backtraces on the terminal too.
+bool show_backtraces() {
+  const char* v = std::getenv("TORCH_SHOW_CPP_STACKTRACES");
+  return v && std::string(v) == "1";
+}
 
 }  // namespace
 
@@ -80,6 +92,14 @@ int main(int argc, char** argv) {
     } catch (const normlab::Error& e) {
       std::cerr << "normlab " << sub->get_name() << ": " << e.kind() << " error: " << e.what()
                 << "\n";
+      // A LibTorch error's backtrace: in the run's log (normlab train), on the terminal on request.
+      const auto* le = dynamic_cast<const normlab::LibraryError*>(&e);
+      if (le && show_backtraces()) std::cerr << le->backtrace() << "\n";
+      return 1;
+    } catch (const c10::Error& e) {  // from LibTorch, where normlab named no context
+      std::cerr << "normlab " << sub->get_name()
+                << ": LibTorch error: " << normlab::one_line(e.what_without_backtrace()) << "\n";
+      if (show_backtraces()) std::cerr << e.what() << "\n";
       return 1;
     } catch (const std::exception& e) {
       std::cerr << "normlab " << sub->get_name() << ": error: " << e.what() << "\n";

@@ -2,7 +2,8 @@
 // tested against the plain ATen composition (tests/unit/nn/test_fused.cpp):
 //   rms_norm(x, w, eps) = w * x * rsqrt(mean(x^2) + eps)    one pass per row (float32/float64)
 //   rope(x, cos, sin)   = x * cos + cat(-x2, x1) * sin      x (B, T, H, D), tables (T, D)
-//   linear(x, w)        = x w^T                             float32 GEMMs through oneDNN
+//   linear(x, w)        = x w^T                             float32 GEMMs through oneDNN where
+//                                                            it runs (else ATen's linear)
 // Other devices and dtypes take the ATen ops. One op is CUDA-only (add_rms_norm.cpp, kernels in
 // src/nn/kernels/kernels.cu; Norm::add_forward composes it everywhere else):
 //   add_rms_norm(x, b, d, w) = (r, w * r * rsqrt(mean(r^2) + eps)),  r = x + b / d
@@ -38,7 +39,9 @@ bool fusable_add_rms_norm(const torch::Tensor& x, const torch::Tensor& b,
 /// empty when this build has no kernels (NORMLAB_CUDA off or no nvcc).
 std::string own_kernels_archs();
 
-/// Whether linear() uses oneDNN in this build (LibTorch exports its matmul and has oneDNN).
+/// Whether linear() uses oneDNN here: LibTorch exports its matmul, has oneDNN, and lets the
+/// matmul run on this CPU as oneDNN sees it (onednn_matmul_usable, util/cpu_class.h); else
+/// ATen's linear.
 bool onednn_linear_available();
 
 /// True when these tensors take the fused CPU kernels (else the ATen composition).

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "normlab/config/enums.h"
+#include "normlab/util/cpu_class.h"
 
 namespace normlab {
 
@@ -18,15 +19,16 @@ struct PrecisionChoice {
   std::string reason;   // what and why, for the run log: "bf16 autocast on the CPU with fp32
                         // weights and optimizer state; train.precision = auto and this CPU
                         // computes bf16 natively (AMX)"
-  std::string warning;  // non-empty when the choice runs but slowly (bf16 emulated on this CPU)
+  std::string warning;  // non-empty when the choice runs but slowly (bf16 emulated on this
+                        // CPU: how much slower)
 };
 
-/// Resolves `requested` for `device`. `cpu_bf16` says how the CPU computes bf16 natively
-/// (cpu_native_bf16() in util/device.h: "AMX", "AVX512-BF16", or "" for neither); it matters
-/// only on the CPU. auto: bf16 on CUDA and on a CPU with native bf16, else fp32. bf16 runs
-/// anywhere; on a CPU without native bf16 it is emulated (correct, slower than fp32) and the
-/// warning says so.
+/// Resolves `requested` for `device`. `cpu` is the CPU's class as the kernels see it
+/// (util/cpu_class.h; its bf16 is "AMX", "AVX512-BF16", or "" for neither); it matters only on
+/// the CPU. auto: bf16 on CUDA and on a CPU with native bf16, else fp32. bf16 runs anywhere;
+/// on a CPU without native bf16 it is emulated (correct, and 14x to 600x slower than fp32 in
+/// matmuls) and the warning gives the size of the slowdown.
 PrecisionChoice choose_precision(Precision requested, const torch::Device& device,
-                                 const std::string& cpu_bf16);
+                                 const CpuClass& cpu);
 
 }  // namespace normlab

@@ -31,6 +31,7 @@ namespace normlab {
 
 class Communicator;
 class WriteFault;
+class ForwardHooks;
 
 struct TrainOptions {
   std::string run_dir;
@@ -43,15 +44,20 @@ struct TrainOptions {
                                  // model.safetensors (checkpoint step, export); strict names. Not
                                  // used when resuming from a checkpoint
   const std::atomic<bool>* stop = nullptr;  // raised by a signal handler: checkpoint and stop
-  int64_t stop_after = 0;    // > 0: checkpoint and stop (interrupted) after this many
-                             // steps of this invocation (time-sliced jobs)
-  Logger* logger = nullptr;  // console/file log; none: silent
+  int64_t stop_after = 0;      // > 0: checkpoint and stop (interrupted) after this many
+                               // steps of this invocation (time-sliced jobs)
+  Logger* logger = nullptr;    // console/file log; none: silent
+  std::string onednn_max_isa;  // the oneDNN ISA limit this process runs under (the CLI passes
+                               // ONEDNN_MAX_CPU_ISA): train.precision = auto follows it
   // Test-only hooks (docs/reliability.md, "Fault injection"; the CLI sets them from
   // NORMLAB_FAULT): every checkpoint file is written through `checkpoint_fault`, and
   // `after_step` is called with the step just completed, after its metrics line and before the
   // stop flag is read (a SIGTERM raised there stops the run after this step).
+  // `forward_hooks`, when set, see each block's forward (a LibTorch error forced in one block)
+  // unless activation checkpointing or FSDP takes the model's hooks.
   WriteFault* checkpoint_fault = nullptr;
   std::function<void(int64_t step)> after_step;
+  ForwardHooks* forward_hooks = nullptr;
 };
 
 /// One optimizer step's numbers (Trainer::step).

@@ -60,11 +60,6 @@ std::vector<CudaDeviceInfo> cuda_devices();
 /// high-water mark when `peak`).
 double device_memory_bytes(const torch::Device& device, bool peak = false);
 
-/// How this CPU computes bf16 matmuls natively, from ATen's CPU capabilities at run time: "AMX"
-/// (AMX-BF16 tiles that the kernel lets this process use), "AVX512-BF16", or "" when it has
-/// neither (oneDNN then emulates bf16: correct, and slower than fp32).
-std::string cpu_native_bf16();
-
 /// The dense matmul rate this device reaches now, in FLOP/s: the median of `reps` timed
 /// (n x n) @ (n x n) products after a warm-up, synchronised, in bf16 on CUDA and fp32 on the
 /// CPU. The denominator of the "measured" MFU beside the nominal one.

@@ -31,6 +31,9 @@ class Logger {
   void info(std::string_view msg) const;
   void warn(std::string_view msg) const;
   void error(std::string_view msg) const;
+  /// An error line for the log file only (a C++ backtrace, kept off the console); on the
+  /// console when the logger has no file.
+  void error_to_file(std::string_view msg) const;
 
   void set_level(LogLevel level);
   bool enabled(LogLevel level) const;

@@ -1,0 +1,39 @@
+#include "normlab/util/library_error.h"
+
+#include <c10/util/Exception.h>
+
+#include <exception>
+#include <sstream>
+
+namespace normlab {
+
+LibraryError::LibraryError(std::string doing, std::string message, std::string backtrace)
+    : Error(doing.empty() ? message : doing + ": " + message),
+      doing_(std::move(doing)),
+      message_(std::move(message)),
+      backtrace_(std::move(backtrace)) {}
+
+std::string one_line(const std::string& text) {
+  std::istringstream in(text);
+  std::string out;
+  for (std::string line; std::getline(in, line);) {
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos) continue;
+    const size_t last = line.find_last_not_of(" \t\r");
+    out += (out.empty() ? "" : "; ") + line.substr(first, last - first + 1);
+  }
+  return out;
+}
+
+void rethrow_with_context(const std::string& doing) {
+  try {
+    throw;
+  } catch (const LibraryError& e) {
+    throw LibraryError(e.doing().empty() ? doing : doing + ", " + e.doing(), e.message(),
+                       e.backtrace());
+  } catch (const c10::Error& e) {
+    throw LibraryError(doing, one_line(e.what_without_backtrace()), e.what());
+  }
+}
+
+}  // namespace normlab

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The CPU class as the kernels see it, on the built-in corpus fixture: `normlab version` names
+# oneDNN's ISA, the linear path and bf16 native or emulated; with oneDNN lowered to AVX2 (as on
+# an AVX2-only CPU) training runs (ATen's linear), train.precision = auto picks fp32 and an
+# explicit bf16 warns with the size of the slowdown; and a LibTorch error forced in the forward
+# of a block (NORMLAB_FAULT=torch_error:blocks:L) reaches the user as one line naming the step
+# and the block, exit code 1, its C++ backtrace in train.log and on the terminal only with
+# TORCH_SHOW_CPP_STACKTRACES=1, in train and in eval. Seconds.
+# Usage: cpu_class.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
+set -euo pipefail
+normlab=$1 src=$2 kjv=$3 work=$5
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+tiny=(--config "$src/configs/tiny/lm.yaml" --set "data.train=$kjv/shards"
+      --set "data.tokenizer=$kjv/tokenizer.model" --set eval.batches=1)
+avx2=(env ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2)
+
+"$normlab" version > "$work/version.out"
+grep -Eq "^  cpu class: oneDNN [A-Z0-9_]+.*, ATen (AVX512|AVX2|DEFAULT), linear through (oneDNN|ATen), bf16 (emulated|native \((AMX|AVX512-BF16)\))$" \
+  "$work/version.out" || { cat "$work/version.out"; fail "version: no cpu class line"; }
+"${avx2[@]}" "$normlab" version > "$work/version_avx2.out"
+grep -q "^  cpu class: oneDNN AVX2 (limit AVX2; the CPU has [A-Z0-9_]*), ATen AVX2, linear through ATen, bf16 emulated$" "$work/version_avx2.out" \
+  || grep -q "^  cpu class: oneDNN AVX2, ATen AVX2, linear through ATen, bf16 emulated$" "$work/version_avx2.out" \
+  || { cat "$work/version_avx2.out"; fail "version under ONEDNN_MAX_CPU_ISA=AVX2"; }
+grep -q "^train.precision = auto on cpu: fp32 on the CPU" "$work/version_avx2.out" \
+  || { cat "$work/version_avx2.out"; fail "auto is not fp32 with oneDNN at AVX2"; }
+
+# Training as on an AVX2-only CPU: auto is fp32, the linear runs through ATen, the loss is finite.
+"${avx2[@]}" "$normlab" train "${tiny[@]}" --set train.steps=3 --set train.precision=auto \
+  --out "$work/avx2" > "$work/avx2.out" 2>&1 || { cat "$work/avx2.out"; fail "train with oneDNN at AVX2"; }
+grep -q "precision: fp32 on the CPU; train.precision = auto" "$work/avx2/train.log" || { cat "$work/avx2/train.log"; fail "auto under AVX2"; }
+grep -q "CPU: oneDNN AVX2.*linear through ATen, bf16 emulated" "$work/avx2/train.log" || fail "train.log has no CPU class"
+grep -q '"step":3' "$work/avx2/metrics.jsonl" || fail "no third step"
+# An explicit bf16 runs, and the warning says how much slower it is.
+"${avx2[@]}" "$normlab" train "${tiny[@]}" --set train.steps=1 --set train.precision=bf16 \
+  --out "$work/avx2_bf16" > "$work/avx2_bf16.out" 2>&1 || { cat "$work/avx2_bf16.out"; fail "bf16 with oneDNN at AVX2"; }
+grep -q "bf16 is emulated, correct but 100x to 600x slower than fp32 in matmuls" "$work/avx2_bf16.out" \
+  || { cat "$work/avx2_bf16.out"; fail "the bf16 warning gives no size"; }
+
+# one_error_line OUT COMMAND: OUT's last line is the error, the only line of the error, and no
+# C++ frame is on the terminal.
+one_error_line() {
+  local out=$1 pattern=$2
+  tail -n 1 "$out" | grep -Eq "$pattern" || { cat "$out"; fail "last line is not '$pattern'"; }
+  [ "$(grep -c 'LibTorch error' "$out")" = 1 ] || { cat "$out"; fail "the error is not one line"; }
+  ! grep -Eq "frame #|Exception raised from" "$out" || { cat "$out"; fail "a C++ backtrace on the terminal"; }
+}
+rc=0
+NORMLAB_FAULT=torch_error:blocks:1 "$normlab" train "${tiny[@]}" --set train.steps=2 --out "$work/fault" \
+  > "$work/fault.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] || { cat "$work/fault.out"; fail "train with a LibTorch error exited $rc, want 1"; }
+one_error_line "$work/fault.out" \
+  "^normlab train: LibTorch error: training step 1, forward of blocks.1: a LibTorch error forced by NORMLAB_FAULT=torch_error:blocks:1$"
+grep -q "LibTorch error in training step 1, forward of blocks.1, with its backtrace:" "$work/fault/train.log" \
+  || fail "train.log has no backtrace"
+grep -Eq "frame #|Exception raised from" "$work/fault/train.log" || fail "train.log has no C++ frame"
+rc=0
+TORCH_SHOW_CPP_STACKTRACES=1 NORMLAB_FAULT=torch_error:blocks:0 "$normlab" train "${tiny[@]}" --set train.steps=2 \
+  --out "$work/fault_shown" > "$work/fault_shown.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] || fail "train with TORCH_SHOW_CPP_STACKTRACES=1 exited $rc"
+grep -q "^normlab train: LibTorch error: training step 1, forward of blocks.0: " "$work/fault_shown.out" || fail "shown: no error line"
+grep -Eq "frame #|Exception raised from" "$work/fault_shown.out" || fail "TORCH_SHOW_CPP_STACKTRACES=1 shows no backtrace"
+
+# eval of a trained model, the same error in its forward.
+rc=0
+NORMLAB_FAULT=torch_error:blocks:0 "$normlab" eval --checkpoint "$work/avx2" --data "$kjv/shards" --batches 1 \
+  > "$work/eval_fault.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] || { cat "$work/eval_fault.out"; fail "eval with a LibTorch error exited $rc, want 1"; }
+one_error_line "$work/eval_fault.out" \
+  "^normlab eval: LibTorch error: evaluation of $kjv/shards, forward of blocks.0: a LibTorch error forced by NORMLAB_FAULT=torch_error:blocks:0$"
+echo PASS
