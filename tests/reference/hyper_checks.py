@@ -208,8 +208,11 @@ def float32_rounding_of_dhc_goldens(check, folder):
             scale = max(ref64.abs().max().item(), 1e-4 * largest if what != "logits" else 0.0)
             e = (ours.double() - ref64).abs().max().item() / scale
             worst = max(worst, (e, f"{f[:-len('.safetensors')]} {what}"))
-    check("the DHC goldens' float32 rounding (the reference in float32) is within a quarter of the "
-          f"C++ test's fp32 bound {DHC_FP32_TOL:g}", worst[0] < DHC_FP32_TOL / 4,
+    # Measured (2-core Intel Xeon with AMX, 2026-12-06, tools/simulate_cpu.sh): 5.5e-4 as the CPU
+    # is, 7.4e-4 in the AVX2 class, 7.5e-4 in the portable class (MKL's SSE4.2 GEMMs); a third of
+    # the bound keeps a margin of 3x on every CPU class, and a wrong reference misses it by far.
+    check("the DHC goldens' float32 rounding (the reference in float32) is within a third of the "
+          f"C++ test's fp32 bound {DHC_FP32_TOL:g}", worst[0] < DHC_FP32_TOL / 3,
           f"worst {worst[0]:.1e} ({worst[1]})")
 
 

@@ -149,8 +149,10 @@ Runner setup_train(CLI::App& sub) {
       // One rank failing must end the job: exit without finalizing the engine (a finalize would
       // wait for peers that are blocked in a collective); the launcher stops the others.
       // One write, so that the lines of ranks failing together do not interleave.
+      const auto* c10_error = dynamic_cast<const c10::Error*>(&e);  // without its backtrace
       std::cerr << ("normlab train: rank " + std::to_string(env.rank) + " of " +
-                    std::to_string(env.world) + ": error: " + e.what() + "\n")
+                    std::to_string(env.world) + ": error: " +
+                    (c10_error ? one_line(c10_error->what_without_backtrace()) : e.what()) + "\n")
                 << std::flush;
       std::_Exit(1);
     }
