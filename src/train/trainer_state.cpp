@@ -25,9 +25,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 const char* short_name(torch::ScalarType t) {
   return t == torch::kBFloat16 ? "bf16" : t == torch::kDouble ? "fp64" : "fp32";
@@ -84,6 +81,10 @@ void log_routing(const RunContext& ctx, const std::vector<std::vector<RouterStat
 }
 
 }  // namespace
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 RunState::RunState(const RunContext& ctx, bool resuming)
     : spikes_(ctx.cfg.train.spike_window, ctx.cfg.train.spike_sigma),
