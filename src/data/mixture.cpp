@@ -1,6 +1,7 @@
 #include "normlab/data/mixture.h"
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "normlab/data/permutation.h"
@@ -10,6 +11,13 @@ namespace normlab {
 namespace {
 
 constexpr uint64_t kMixUnits = uint64_t{1} << 24;
+
+// A weight as the user would write it (%g: 1e-12, 0.25, 3), not std::to_string's 0.000000.
+std::string weight_text(double w) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", w);
+  return buf;
+}
 
 // floor(c * n / kMixUnits) without overflow for any n < 2^63.
 int64_t mix_scaled(uint64_t c, int64_t n) {
@@ -26,7 +34,7 @@ MixturePlan::MixturePlan(const std::vector<double>& weights, int64_t global_batc
   double total = 0;
   for (size_t i = 0; i < weights.size(); ++i) {
     if (!std::isfinite(weights[i]) || weights[i] <= 0)
-      throw DataError("source " + std::to_string(i) + ": weight " + std::to_string(weights[i]) +
+      throw DataError("source " + std::to_string(i) + ": weight " + weight_text(weights[i]) +
                       " is not a positive number");
     total += weights[i];
   }
@@ -50,7 +58,7 @@ MixturePlan::MixturePlan(const std::vector<double>& weights, int64_t global_batc
   cumulative_.push_back(0);
   for (size_t i = 0; i < units_.size(); ++i) {
     if (units_[i] == 0)
-      throw DataError("source " + std::to_string(i) + ": weight " + std::to_string(weights[i]) +
+      throw DataError("source " + std::to_string(i) + ": weight " + weight_text(weights[i]) +
                       " is below 1/2^24 of the total: too small to draw from");
     cumulative_.push_back(cumulative_.back() + units_[i]);
   }

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "normlab/nn/autocast.h"
+#include "normlab/nn/weights.h"
 
 namespace normlab {
 
@@ -22,13 +23,23 @@ EvalResult evaluate(DecoderLMImpl& model, const ValLoader& loader, int64_t max_b
   double sum = 0.0;  // sum of per-token losses
   for (int64_t k = 0; k < n; ++k) {
     const Batch b = loader.batch(k);
-    torch::Tensor ce;
+    LossOutput out;
     {
       AutocastGuard autocast(device.type(), bf16_autocast);
-      ce = model.loss(b.inputs.to(device), b.targets.to(device)).ce;
+      out = model.loss(b.inputs.to(device), b.targets.to(device));
     }
     const int64_t tokens = b.targets.numel();
-    sum += ce.item<double>() * static_cast<double>(tokens);
+    const double ce = out.ce.item<double>();
+    if (!std::isfinite(ce) && r.nonfinite.empty()) {
+      const std::string logits = first_nonfinite(out.logits);
+      r.nonfinite = "batch " + std::to_string(k + 1) + " of " + std::to_string(n) +
+                    ": the loss is " +
+                    (std::isnan(ce) ? "nan"
+                     : ce > 0       ? "+inf"
+                                    : "-inf") +
+                    "; the logits " + (logits.empty() ? "are finite" : "hold " + logits);
+    }
+    sum += ce * static_cast<double>(tokens);
     r.tokens += tokens;
     ++r.batches;
     if (token_bytes) {

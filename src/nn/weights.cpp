@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <sstream>
 #include <stdexcept>
 
@@ -44,6 +45,34 @@ void load_weights(torch::nn::Module& module, const TensorDict& source, const std
   }
   torch::NoGradGuard no_grad;
   for (auto& p : params) p.value().copy_(weights.at(p.key()));
+}
+
+std::string first_nonfinite(const torch::Tensor& t) {
+  torch::NoGradGuard no_grad;
+  if (!t.is_floating_point() || t.numel() == 0 || torch::isfinite(t).all().item<bool>()) return "";
+  const torch::Tensor flat = t.reshape({-1});
+  const torch::Tensor bad = torch::isfinite(flat).logical_not();
+  const int64_t first = bad.nonzero().select(1, 0)[0].item<int64_t>();
+  const double v = flat[first].item<double>();
+  std::string index;
+  for (int64_t d = t.dim() - 1, rest = first; d >= 0; --d) {
+    index = std::to_string(rest % t.size(d)) + (index.empty() ? "" : ", ") + index;
+    rest /= t.size(d);
+  }
+  return std::string(std::isnan(v) ? "NaN"
+                     : v > 0       ? "+inf"
+                                   : "-inf") +
+         " at [" + index + "] (its first non-finite element; " +
+         std::to_string(bad.sum().item<int64_t>()) + " in all)";
+}
+
+void check_finite_weights(const TensorDict& weights, const std::string& what) {
+  for (const auto& [name, t] : weights) {
+    const std::string bad = first_nonfinite(t);
+    if (!bad.empty())
+      throw CheckpointError(what + ": tensor '" + name + "' holds " + bad +
+                            ": weights must be finite numbers");
+  }
 }
 
 }  // namespace normlab

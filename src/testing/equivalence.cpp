@@ -74,18 +74,17 @@ std::string pattern_target(const Rule& r, const std::vector<std::string>& stars)
   return out;
 }
 
-Difference difference(std::string what, const torch::Tensor& a, const torch::Tensor& b) {
-  Difference d;
-  d.what = std::move(what);
-  const torch::Tensor a64 = a.detach().to(torch::kDouble), b64 = b.detach().to(torch::kDouble);
-  d.max_abs_b = b64.numel() ? b64.abs().max().item<double>() : 0.0;
-  const double diff = b64.numel() ? (a64 - b64).abs().max().item<double>() : 0.0;
-  // NaN anywhere is a difference; 0 / 0 (both zero) is none.
-  if (diff != diff)
-    d.max_rel = std::numeric_limits<double>::infinity();
-  else
-    d.max_rel = diff == 0.0 ? 0.0 : diff / std::max(d.max_abs_b, 1e-300);
-  return d;
+// "NaN", "+inf", "-inf" or "" (finite): the first non-finite kind `t` holds, NaN first.
+std::string nonfinite_kind(const torch::Tensor& t) {
+  if (t.isnan().any().item<bool>()) return "NaN";
+  if (t.isposinf().any().item<bool>()) return "+inf";
+  if (t.isneginf().any().item<bool>()) return "-inf";
+  return "";
+}
+
+// NaN ranks above every number: a row whose max_rel is NaN is never skipped.
+double rank_of(double max_rel) {
+  return max_rel != max_rel ? std::numeric_limits<double>::infinity() : max_rel;
 }
 
 struct Run {
@@ -100,6 +99,32 @@ Run run_model(DecoderLM& m, const torch::Tensor& inputs, const torch::Tensor& ta
 }
 
 }  // namespace
+
+Difference difference(std::string what, const torch::Tensor& a, const torch::Tensor& b) {
+  if (a.sizes() != b.sizes())
+    throw ConfigError(what + ": A has shape " + shape_text(a) + ", B " + shape_text(b));
+  Difference d;
+  d.what = std::move(what);
+  const torch::Tensor a64 = a.detach().to(torch::kDouble), b64 = b.detach().to(torch::kDouble);
+  d.max_abs_b = b64.numel() ? b64.abs().max().item<double>() : 0.0;
+  // A NaN or an infinity anywhere is an infinite difference, the same infinity on both sides
+  // too: inf - inf is NaN and inf / inf is NaN, which a comparison with a bound would pass.
+  const std::string in_a = nonfinite_kind(a64), in_b = nonfinite_kind(b64);
+  if (!in_a.empty() || !in_b.empty()) {
+    d.max_rel = std::numeric_limits<double>::infinity();
+    if (in_b.empty())
+      d.nonfinite = in_a + " in A";
+    else if (in_a.empty())
+      d.nonfinite = in_b + " in B";
+    else
+      d.nonfinite = in_a == in_b ? in_a + " in A and B" : in_a + " in A, " + in_b + " in B";
+    return d;
+  }
+  const double diff = b64.numel() ? (a64 - b64).abs().max().item<double>() : 0.0;
+  // 0 / 0 (both zero) is no difference; a - b may overflow to inf, which stays inf.
+  d.max_rel = diff == 0.0 ? 0.0 : diff / std::max(d.max_abs_b, 1e-300);
+  return d;
+}
 
 ModelPair build_pair(const ModelConfig& a_cfg, const ModelConfig& b_cfg, const WeightMap& map,
                      const EquivalenceOptions& options) {
@@ -226,9 +251,9 @@ EquivalenceReport compare_configs(const ModelConfig& a, const ModelConfig& b, co
 
 const Difference& EquivalenceReport::worst_row() const {
   const Difference* w = &logits;
-  if (loss.max_rel > w->max_rel) w = &loss;
+  if (rank_of(loss.max_rel) > rank_of(w->max_rel)) w = &loss;
   for (const Difference& d : gradients)
-    if (d.max_rel > w->max_rel) w = &d;
+    if (rank_of(d.max_rel) > rank_of(w->max_rel)) w = &d;
   return *w;
 }
 
@@ -238,9 +263,11 @@ std::string EquivalenceReport::table() const {
   size_t width = 24;
   for (const Difference& d : gradients) width = std::max(width, d.what.size() + 2);
   std::ostringstream s;
-  auto row = [&](const std::string& what, const std::string& rel, const std::string& scale) {
+  auto row = [&](const std::string& what, const std::string& rel, const std::string& scale,
+                 const std::string& note = "") {
     s << what << std::string(width > what.size() ? width - what.size() : 1, ' ') << rel
-      << std::string(rel.size() < 16 ? 16 - rel.size() : 1, ' ') << scale << "\n";
+      << std::string(rel.size() < 16 ? 16 - rel.size() : 1, ' ') << scale
+      << (note.empty() ? "" : "  " + note) << "\n";
   };
   auto num = [](double x) {
     char buf[32];
@@ -251,10 +278,12 @@ std::string EquivalenceReport::table() const {
     << options.seq_len << " tokens, seed " << options.seed
     << (options.random_gains ? ", A's 1-D parameters drawn from U(0.5, 1.5)" : "") << "\n";
   row("tensor", "max rel diff", "max |B|");
-  for (const Difference* d : {&logits, &loss}) row(d->what, num(d->max_rel), num(d->max_abs_b));
-  for (const Difference& d : gradients) row(d.what, num(d.max_rel), num(d.max_abs_b));
+  for (const Difference* d : {&logits, &loss})
+    row(d->what, num(d->max_rel), num(d->max_abs_b), d->nonfinite);
+  for (const Difference& d : gradients) row(d.what, num(d.max_rel), num(d.max_abs_b), d.nonfinite);
   const Difference& w = worst_row();
-  s << "worst: " << num(w.max_rel) << " (" << w.what << "); max rel diff = max |A - B| / max |B|\n";
+  s << "worst: " << num(w.max_rel) << " (" << w.what << (w.nonfinite.empty() ? "" : ": ")
+    << w.nonfinite << "); max rel diff = max |A - B| / max |B|\n";
   for (const auto* held : {&held_a, &held_b}) {
     if (held->empty()) continue;
     s << "held in " << (held == &held_a ? "A" : "B") << ", not compared (" << held->size() << "):";

@@ -4,6 +4,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -134,6 +135,16 @@ WeightMap WeightMap::parse(const std::string& text, const std::string& origin) {
   std::istringstream in(text);
   std::string line;
   for (int lineno = 1; std::getline(in, line); ++lineno) {
+    // A control byte (a NUL above all) would cut the message that quotes the line: name it.
+    for (size_t i = 0; i < line.size(); ++i) {
+      const auto c = static_cast<unsigned char>(line[i]);
+      if (c >= 0x20 || c == '\t' || c == '\r') continue;
+      char byte[8];
+      std::snprintf(byte, sizeof byte, "0x%02x", c);
+      throw ConfigError(origin + ":" + std::to_string(lineno) + ": " +
+                        (c == 0 ? "a NUL byte (" : "a control byte (") + byte + ") at column " +
+                        std::to_string(i + 1) + ": a weight map is text, one rule a line");
+    }
     const auto hash = line.find('#');
     line = trim(hash == std::string::npos ? line : line.substr(0, hash));
     if (!line.empty()) map.rules.push_back(parse_line(line, origin + ":" + std::to_string(lineno)));

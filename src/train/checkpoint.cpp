@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "normlab/nn/experts.h"
+#include "normlab/nn/weights.h"
 #include "normlab/util/file_io.h"
 
 namespace normlab {
@@ -362,6 +363,7 @@ Checkpoint checkpoint_load(const std::string& dir, int64_t rank) {
   c.world = world_of(state, dir);
   if (c.world == 1) {  // per-expert MoE weights and moments are stacked (experts.h)
     c.model = stack_legacy_experts(load_checked(dir, "model.safetensors", files).tensors);
+    check_finite_weights(c.model, (fs::path(dir) / "model.safetensors").string());
     c.optimizer = stack_legacy_experts(load_checked(dir, "optimizer.safetensors", files).tensors);
   } else {
     if (rank < 0 || rank >= c.world)
@@ -386,6 +388,7 @@ Checkpoint checkpoint_load(const std::string& dir, int64_t rank) {
       throw CheckpointError(model_path + ": malformed piece layout in the metadata: " + e.what());
     }
     c.optimizer = load_checked(dir, rank_file("optimizer", rank, c.world), files).tensors;
+    check_finite_weights(c.model, model_path);
   }
   {
     const MappedFile f = open_checked(dir, "config.yaml", files);
@@ -417,7 +420,9 @@ TensorDict checkpoint_load_model(const std::string& dir) {
   if (world_of(state, dir) > 1) return checkpoint_consolidate(dir).model;
   const Digests files = listed_files(state, dir);
   open_checked(dir, "config.yaml", files);
-  return stack_legacy_experts(load_checked(dir, "model.safetensors", files).tensors);
+  TensorDict model = stack_legacy_experts(load_checked(dir, "model.safetensors", files).tensors);
+  check_finite_weights(model, (fs::path(dir) / "model.safetensors").string());
+  return model;
 }
 
 Checkpoint checkpoint_consolidate(const std::string& dir) {

@@ -119,7 +119,9 @@ ModelConfig export_config(const std::string& dir) {
 DecoderLM import_model(const std::string& dir, torch::Device device) {
   DecoderLM model(export_config(dir), device);
   const std::string weights = (fs::path(dir) / "model.safetensors").string();
-  load_weights(*model, safetensors_load(weights).tensors, weights);
+  const TensorDict tensors = safetensors_load(weights).tensors;
+  check_finite_weights(tensors, weights);
+  load_weights(*model, tensors, weights);
   return model;
 }
 

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "normlab/nn/model.h"
+#include "normlab/nn/weights.h"
 #include "normlab/train/checkpoint.h"
 #include "normlab/train/imported_run.h"
 #include "normlab/util/error.h"
@@ -132,7 +133,9 @@ TensorDict hf_read(const std::string& dir) {
       throw CheckpointError(dir +
                             ": no model.safetensors or model.safetensors.index.json (a "
                             "save_pretrained folder with safetensors weights is needed)");
-    return safetensors_load(single.string()).tensors;
+    TensorDict weights = safetensors_load(single.string()).tensors;
+    check_finite_weights(weights, single.string());
+    return weights;
   }
   std::map<std::string, std::vector<std::string>> shards;  // file -> names the index puts there
   try {
@@ -149,6 +152,7 @@ TensorDict hf_read(const std::string& dir) {
     if (!fs::exists(path))
       throw CheckpointError(path.string() + ": no such file (listed in " + index.string() + ")");
     TensorDict shard = safetensors_load(path.string()).tensors;
+    check_finite_weights(shard, path.string());
     for (const std::string& name : names) {
       if (!shard.count(name))
         throw CheckpointError(path.string() + ": has no " + name + " (" + index.string() +

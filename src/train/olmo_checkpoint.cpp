@@ -139,7 +139,9 @@ TensorDict olmo_read(const std::string& file_or_dir) {
   } else if (!fs::exists(file_or_dir)) {
     throw CheckpointError(file_or_dir + ": no such file or folder");
   }
-  return safetensors_load(file).tensors;
+  TensorDict weights = safetensors_load(file).tensors;
+  check_finite_weights(weights, file);
+  return weights;
 }
 
 std::string olmo_import(const std::string& file_or_dir, const RunConfig& cfg,

@@ -79,8 +79,7 @@ struct Trainer::Impl {
   void diagnose(nlohmann::json& line) {
     const auto t0 = std::chrono::steady_clock::now();
     logs.write_diagnostics(ctx, state.diagnose(ctx, data.diag_batch()));
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs = seconds_since(t0);
     line["diagnostics_seconds"] = secs;
     state.add_wall_seconds(secs);
   }

@@ -28,9 +28,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 const char* short_name(torch::ScalarType t) {
   return t == torch::kBFloat16 ? "bf16" : t == torch::kDouble ? "fp64" : "fp32";
@@ -88,6 +85,10 @@ void log_routing(const RunContext& ctx, const std::vector<std::vector<RouterStat
 
 }  // namespace
 
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 RunState::RunState(const RunContext& ctx, bool resuming)
     : spikes_(ctx.cfg.train.spike_window, ctx.cfg.train.spike_sigma),
       tokens_per_step_(static_cast<uint64_t>(ctx.cfg.train.global_batch * ctx.cfg.data.seq_len)) {
@@ -99,7 +100,9 @@ RunState::RunState(const RunContext& ctx, bool resuming)
     const std::string file = fs::is_directory(ctx.o.init_from)
                                  ? (fs::path(ctx.o.init_from) / "model.safetensors").string()
                                  : ctx.o.init_from;
-    load_weights(*model_, safetensors_load(file).tensors, file);
+    const TensorDict weights = safetensors_load(file).tensors;
+    check_finite_weights(weights, file);
+    load_weights(*model_, weights, file);
     ctx.info("initial weights from " + file);
   }
   for (const auto& p : model_->parameters()) {

@@ -4,6 +4,7 @@
 // evaluates and runs the diagnostics. Private to src/train/.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -20,6 +21,9 @@
 #include "train/trainer_data.h"
 
 namespace normlab {
+
+/// Seconds on the steady clock since `t0`: the time of a step, of the diagnostics.
+double seconds_since(std::chrono::steady_clock::time_point t0);
 
 class RunState {
  public:

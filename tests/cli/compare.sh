@@ -3,7 +3,8 @@
 # pre_norm through configs/maps/hyper_vs_pre_norm.map is EQUIVALENT at 1e-10 with a row for the
 # logits, the loss and every Pre-Norm gradient; two streams are DIFFERENT (exit 3, the final
 # norm's eps); a map rule that matches nothing, a parameter without a counterpart and a shape that
-# disagrees stop with an error naming the rule's line or the parameter; a --max-rel that is not
+# disagrees stop with an error naming the rule's line or the parameter; logits that are NaN or
+# infinite on one side or both are DIFFERENT, the logits named as the worst row; a --max-rel that is not
 # a positive, finite number (-1, 0, nan, inf, ...) is refused by name, and so are sizes out of
 # bounds or beyond the machine's memory. Self-contained; seconds.
 # Usage: compare.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR (CORPUS_DIR, PYTHON unused)
@@ -32,6 +33,25 @@ rc=0
 [ "$rc" = 3 ] || { cat "$work/n2.out"; fail "n = 2: exit code $rc, want 3"; }
 grep -q "^DIFFERENT: worst .* > 1.000e-10" "$work/n2.out" || fail "n = 2 is not DIFFERENT"
 
+# Non-finite outputs fail the verdict and are named as the worst row: B's head held at 1e308
+# overflows B's logits where A's are finite; the same head on both sides of one model gives the
+# same non-finite logits in A and B, which fail too (the verdict vouches for finite numbers only).
+printf 'a: blocks.*.*_hc.* = init\na: head.weight = init\nb: head.weight = 1e308\n' > "$work/inf-b.map"
+rc=0
+"$normlab" compare "${hyper[@]}" --set model.hyper.n=1 "${pre[@]}" --map "$work/inf-b.map" \
+  --max-rel 1e-10 > "$work/inf-b.out" 2>&1 || rc=$?
+[ "$rc" = 3 ] || { cat "$work/inf-b.out"; fail "B's logits non-finite: exit code $rc, want 3"; }
+grep -q "^worst: inf (logits: [^)]* in B)" "$work/inf-b.out" && grep -q "^DIFFERENT: worst inf > 1.000e-10" "$work/inf-b.out" \
+  || { cat "$work/inf-b.out"; fail "B's non-finite logits are not the worst row, or not DIFFERENT"; }
+printf 'a: head.weight = 1e308\nb: head.weight = 1e308\n' > "$work/inf-ab.map"
+rc=0
+"$normlab" compare --config "$src/configs/tiny/lm.yaml" --set model.scheme=pre_norm "${pre[@]}" \
+  --map "$work/inf-ab.map" --max-rel 1e-10 > "$work/inf-ab.out" 2>&1 || rc=$?
+[ "$rc" = 3 ] || { cat "$work/inf-ab.out"; fail "the same non-finite logits on both sides: exit code $rc, want 3"; }
+grep -q "^worst: inf (logits: [^)]* in A and B)" "$work/inf-ab.out" && grep -q "^DIFFERENT: worst inf" "$work/inf-ab.out" \
+  || { cat "$work/inf-ab.out"; fail "the same non-finite logits in A and B are not the worst row, or not DIFFERENT"; }
+grep "^worst: " "$work/inf-b.out" "$work/inf-ab.out"
+
 # Errors name what is wrong.
 expect_error() {  # expect_error NAME PATTERN ARGS...: exit 1 with PATTERN in the message
   local name=$1 pattern=$2; shift 2
@@ -47,6 +67,9 @@ expect_error typo "typo.map:3: 'blocks.\*.attn_nrom.weight' matches no parameter
 printf 'a: blocks.*.*_hc.* = zero\n' > "$work/value.map"
 expect_error value "value.map:1: value 'zero' is neither a number nor 'init'" \
   "${hyper[@]}" "${pre[@]}" --map "$work/value.map"
+printf 'a: blocks.*.*_hc.* = init\nblocks.*.x\0y -> z\n' > "$work/nul.map"
+expect_error nul "nul.map:2: a NUL byte (0x00) at column 11: a weight map is text" \
+  "${hyper[@]}" "${pre[@]}" --map "$work/nul.map"
 expect_error shape "parameter 'blocks.0.mlp.up.weight' of A (hyper) has shape \[352, 64\], 'blocks.0.mlp.up.weight' of B (pre_norm) has \[64, 64\]" \
   "${hyper[@]}" "${pre[@]}" "${map[@]}" --set-against model.d_ff=32
 # --max-rel is a positive, finite number: anything else stops before any work, naming the flag

@@ -16,7 +16,7 @@
 # NORMLAB_OUTPUT_SAFETY_ALL=1: go on after a failure and count them (to see which cases an older
 # normlab fails); the test still fails.
 set -euo pipefail
-normlab=$(realpath "$1") src=$2 work=$5
+normlab=$(realpath "$1") src=$2 py=$4 work=$5
 rm -rf "$work" && mkdir -p "$work"
 failures=0
 fail() {
@@ -347,6 +347,71 @@ md5=$(md5sum < "$d/config.yaml")
 ok "train --resume with a config.yaml edited by hand" "${train_cmd[@]/#OUT/$d}" --resume --set train.steps=3
 [ "$(md5sum < "$d/config.yaml.prev" 2>/dev/null)" = "$md5" ] || fail "train --resume: the hand-edited config.yaml is not kept as config.yaml.prev"
 echo "train: refused a fresh start over the user's run files and a hand-written config; kept a checkpoint-less run's files as .prev with --resume; --overwrite replaced; a hand-edited config.yaml kept on resume"
+
+# ---- an own earlier output edited in place, its size kept -------------------------------------
+# One digit changed in a file that a command wrote (a config, a vocabulary's score, a metrics
+# line, a summary) makes it the user's: the ledger's name and size still match it, its digest
+# does not. Every writing command run again without --overwrite refuses it, naming it, and the
+# user's bytes stay (train, whose run folder has its own rules: a fresh start is refused, and
+# --resume keeps the edited config.yaml as config.yaml.prev byte for byte).
+# edit_digit FILE: the first digit of FILE changed, in place, the size kept.
+edit_digit() {
+  "$py" - "$1" <<'PY'
+import re, sys
+path = sys.argv[1]
+with open(path, "r+b") as f:
+    data = f.read()
+    m = re.search(rb"[0-9]", data)
+    assert m, path + ": no digit to edit"
+    f.seek(m.start())
+    f.write(b"1" if data[m.start()] != ord("1") else b"2")
+PY
+}
+# edited WHAT DIR NAME CMD...: DIR/NAME, written by CMD, edited in place; CMD again is refused,
+# naming NAME, and nothing in DIR changes.
+edited() {
+  local what=$1 dir=$2 name=$3 size
+  shift 3
+  size=$(stat -c %s "$dir/$name")
+  edit_digit "$dir/$name"
+  [ "$(stat -c %s "$dir/$name")" = "$size" ] || fail "$what: the edit changed the size of $name"
+  refused "$what over its own $name edited since (same size)" "$dir" \
+    "$name: exists and is not the unchanged output|holds $name|exists and is not empty|holds checkpoints" "$@"
+  [ ! -e "$dir/$name.prev" ] || fail "$what: set the user's edited $name aside as $name.prev"
+}
+e=$c/edited
+run_with tok_cmd "$e/tok" ok "tokenizer train"
+run_with tok_cmd "$e/tok" edited "tokenizer train" "$e/tok" tokenizer.vocab
+run_with prep_cmd "$e/shards" ok "data prepare"
+edited "data prepare" "$e/shards" index.json "${prep_cmd[@]/#OUT/$e/shards}"
+for format in normlab hf olmo; do
+  name=config.json; [ "$format" != olmo ] || name=normlab_config.yaml
+  cmd=exp_$format
+  run_with "$cmd" "$e/export-$format" ok "export --format $format"
+  run_with "$cmd" "$e/export-$format" edited "export --format $format" "$e/export-$format" "$name"
+done
+# import and checkpoint consolidate write into a folder without checkpoints: a run folder whose
+# checkpoints were removed, its config.yaml theirs and then edited
+for cmd in imp_cmd cons_cmd; do
+  run_with "$cmd" "$e/$cmd" ok "$cmd"
+  rm -rf "$e/$cmd/checkpoints"
+  run_with "$cmd" "$e/$cmd" edited "$cmd" "$e/$cmd" config.yaml
+done
+run_with an_cmd "$e/analysis" ok "analyze"
+run_with an_cmd "$e/analysis" edited "analyze" "$e/analysis" diagnostics.jsonl
+mkdir -p "$e/evals"
+run_with eval_cmd "$e/evals/result.json" ok "eval --out"
+run_with eval_cmd "$e/evals/result.json" edited "eval --out" "$e/evals" result.json
+run_with gen_cmd "$e/evals/logits.json" ok "generate --logits-out"
+run_with gen_cmd "$e/evals/logits.json" edited "generate --logits-out" "$e/evals" logits.json
+run_with sweep_cmd "$e/sweep" ok "sweep"
+edited "sweep --report" "$e/sweep" summary.md "$normlab" sweep --report --no-plots --out "$e/sweep"
+run_with train_cmd "$e/run" ok "train"
+run_with train_cmd "$e/run" edited "train" "$e/run" config.yaml
+md5=$(md5sum < "$e/run/config.yaml")
+ok "train --resume with its config.yaml edited in place" "${train_cmd[@]/#OUT/$e/run}" --resume --set train.steps=3
+[ "$(md5sum < "$e/run/config.yaml.prev" 2>/dev/null)" = "$md5" ] || fail "train --resume: the config.yaml edited in place is not kept as config.yaml.prev"
+echo "edited in place, the size kept: tokenizer.vocab, index.json, each export's config, import's and consolidate's config.yaml, diagnostics.jsonl, eval's and generate's --out, summary.md and train's config.yaml refused as the user's, byte for byte"
 
 [ "$failures" = 0 ] || { echo "FAIL: $failures failures"; exit 1; }
 echo PASS

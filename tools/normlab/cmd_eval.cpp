@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -105,6 +106,9 @@ Runner setup_eval(CLI::App& sub) {
       }
       const std::string part =
           o->format == DataFormat::Shards ? o->split : std::string(enum_name(o->format));
+      if (!r.nonfinite.empty())
+        throw std::runtime_error(part + ": the loss is not a finite number (" + r.nonfinite + ", " +
+                                 m.from + ")" + (contract ? "; --out was not written" : ""));
       std::cout << std::fixed << std::setprecision(4) << part << ": loss " << r.loss
                 << ", perplexity " << r.perplexity << " (" << r.tokens << " tokens)";
       if (r.bytes > 0)

@@ -2,7 +2,6 @@
 
 #include <stdexcept>
 
-#include "normlab/data/shard.h"
 #include "normlab/data/source.h"
 
 namespace normlab::cli {
@@ -33,21 +32,11 @@ std::shared_ptr<TokenDataset> open_eval_data(const std::string& path, DataFormat
                                              const std::string& dtype, const std::string& split,
                                              int64_t seq_len, int64_t model_vocab_size,
                                              const std::string& tokenizer) {
-  std::shared_ptr<TokenDataset> data;
-  if (format == DataFormat::Shards) {
-    const ShardIndex index = shard_index_read(path);
-    if (!index.splits.count(split))
-      throw std::invalid_argument(path + ": no split '" + split + "'");
-    check_vocabulary(index, path, model_vocab_size, tokenizer);
-    data = std::make_shared<TokenDataset>(path, split, seq_len);
-  } else {
-    data = std::make_shared<TokenDataset>(DataSource(path, format, dtype), split, seq_len,
-                                          model_vocab_size);
-  }
-  if (data->num_samples() < 1)
-    throw std::invalid_argument(
-        path + (format == DataFormat::Shards ? ": split '" + split + "'" : "") +
-        " holds less than one sequence of " + std::to_string(seq_len + 1) + " tokens");
+  // TokenDataset checks the split, the vocabulary and that one sequence fits, naming the path.
+  auto data = std::make_shared<TokenDataset>(DataSource(path, format, dtype), split, seq_len,
+                                             model_vocab_size);
+  if (format == DataFormat::Shards)  // the tokenizer the shards were prepared with
+    check_vocabulary(data->index(), path, model_vocab_size, tokenizer);
   return data;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "normlab/data/loader.h"
@@ -18,6 +19,9 @@ struct EvalResult {
   int64_t bytes = 0;              // UTF-8 bytes of the predicted tokens
   double byte_perplexity = -1.0;  // exp(total loss / bytes)
   double bits_per_byte = -1.0;    // total loss / (bytes ln 2)
+  // "" when the loss is finite, else what went non-finite first: "batch 2 of 4: the loss is
+  // nan; the logits hold +inf at [0, 5, 17] (...)", or "...; the logits are finite".
+  std::string nonfinite;
 };
 
 /// Evaluates on the first `max_batches` batches of `loader` (0: all), without gradients;

@@ -18,4 +18,16 @@ TensorDict weights_of(const torch::nn::Module& module);
 /// MoE experts one by one (the layout before they were stacked, experts.h) are stacked first.
 void load_weights(torch::nn::Module& module, const TensorDict& weights, const std::string& what);
 
+/// Throws CheckpointError when a floating-point tensor of `weights` holds a NaN or an infinity,
+/// naming `what` (the file), the tensor, the kind and the index of its first such element, and
+/// how many it holds: `model.safetensors: tensor 'lm_head.weight' holds NaN at [3, 17] (its
+/// first non-finite element; 1 in all): ...`. Every reader of a weight file calls it (import,
+/// --resume, --init-from, eval, export), so that a non-finite weight stops there, not as a NaN
+/// loss later.
+void check_finite_weights(const TensorDict& weights, const std::string& what);
+
+/// "" when every element of `t` is finite (or `t` is not floating-point), else its first
+/// non-finite element: "NaN at [3, 17] (its first non-finite element; 2 in all)".
+std::string first_nonfinite(const torch::Tensor& t);
+
 }  // namespace normlab

@@ -59,7 +59,16 @@ struct Difference {
   std::string what;  // "logits", "loss", "grad blocks.0.attn.qkv.weight" (A's name; "-> B's")
   double max_rel = 0.0;
   double max_abs_b = 0.0;
+  std::string nonfinite;  // "" when both sides are finite, else which side holds what: "NaN in
+                          // A", "+inf in B", "NaN in A and B", "-inf in A, +inf in B"
 };
+
+/// One row of a report: max |a - b| / max |b| (a and b of one shape, any floating dtype; 0 when
+/// both are zero). A NaN or an infinity on either side makes the difference infinite, so that it
+/// fails every bound and is the report's worst row: the verdict vouches for finite numbers only.
+/// That includes an infinity against the same infinity in the same place (both models
+/// overflowed there, which hides whatever they differ by) and NaN on both sides.
+Difference difference(std::string what, const torch::Tensor& a, const torch::Tensor& b);
 
 struct EquivalenceReport {
   std::string label_a, label_b;  // the schemes, or what the caller names them
@@ -68,7 +77,8 @@ struct EquivalenceReport {
   std::vector<Difference> gradients;  // one per WeightLink, in B's parameter order
   std::vector<HeldWeight> held_a, held_b;
 
-  /// The largest max_rel of the logits, the loss and every gradient, and which it is.
+  /// The largest max_rel of the logits, the loss and every gradient, and which it is (the
+  /// first of equal ones; a NaN max_rel, which difference() never gives, counts as infinite).
   double worst() const;
   const Difference& worst_row() const;
   /// The table: one row per compared tensor, the worst, and what was held.

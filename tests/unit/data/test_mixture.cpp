@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "normlab/data/mixture.h"
@@ -52,6 +53,19 @@ TEST(Mixture, PlanCountsAreExactAndOneSourceIsTheIdentity) {
   EXPECT_NEAR(odd.share(0), 0.7, 1e-7);  // shares of 2^24: within 2^-24 of the weights
   EXPECT_THROW(MixturePlan({0.7, 0.0}, 8, 0), DataError);
   EXPECT_THROW(MixturePlan({0.7, std::nan("")}, 8, 0), DataError);
+  // refused weights are printed as written (%g), not rounded to 0.000000
+  const auto error_of = [](const std::vector<double>& w) {
+    try {
+      MixturePlan(w, 8, 0);
+    } catch (const DataError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error_of({0.7, 1e-12}),
+            "source 1: weight 1e-12 is below 1/2^24 of the total: too small to draw from");
+  EXPECT_EQ(error_of({-2.5e-7, 1.0}), "source 0: weight -2.5e-07 is not a positive number");
+  EXPECT_EQ(error_of({0.7, 0.0}), "source 1: weight 0 is not a positive number");
 }
 
 // The integer shares of 2^24 follow the largest-remainder rule exactly: each weight's floor of

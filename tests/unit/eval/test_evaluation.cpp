@@ -1,7 +1,9 @@
 // Evaluation: perplexity is exp(mean loss) and the per-byte numbers follow from the byte table
 // (a model with a zero head predicts uniformly: loss ln V exactly); multiple-choice scoring
 // equals scoring each choice alone without batching or padding, and picks the answer it should.
+#include <cmath>
 #include <fstream>
+#include <limits>
 
 #include "normlab/data/data_prepare.h"
 #include "normlab/data/tokenizer.h"
@@ -83,6 +85,36 @@ TEST(Evaluation, PerplexityIsExpOfTheMeanLossAndBytesFollow) {
   EXPECT_NEAR(q.loss, sum / static_cast<double>(count), 1e-6);
   EXPECT_NEAR(q.perplexity, std::exp(sum / static_cast<double>(count)), 1e-6 * q.perplexity);
   EXPECT_EQ(q.bytes, 0);
+}
+
+// A loss that is not a finite number says where it went non-finite first: the batch, and the
+// logits' first NaN or infinity.
+TEST(Evaluation, ANonFiniteLossSaysWhatWentNonFinite) {
+  test::ScratchDir dir("eval_nonfinite");
+  test::write_text(dir / "a.txt", test::synthetic_corpus(200, 5));
+  PrepareOptions p;
+  p.tokenizer = test::test_tokenizer_path();
+  p.inputs = {dir / "a.txt"};
+  p.out_dir = dir / "shards";
+  p.val_fraction = 0.2;
+  data_prepare(p);
+  const auto data = std::make_shared<TokenDataset>(dir / "shards", "val", 16);
+  const ValLoader loader(data, 4);
+  DecoderLM m = evaluation_model_of(400);
+  EXPECT_EQ(evaluate(*m, loader, 0, torch::kCPU, false).nonfinite, "");
+  {
+    torch::NoGradGuard g;
+    m->head->weight[7].fill_(std::numeric_limits<float>::infinity());
+  }
+  const EvalResult r = evaluate(*m, loader, 0, torch::kCPU, false);
+  EXPECT_FALSE(std::isfinite(r.loss));
+  EXPECT_EQ(
+      r.nonfinite.rfind("batch 1 of " + std::to_string(loader.num_batches()) + ": the loss is ", 0),
+      0u)
+      << r.nonfinite;
+  EXPECT_NE(r.nonfinite.find("; the logits hold "), std::string::npos) << r.nonfinite;
+  EXPECT_NE(r.nonfinite.find(", 7] (its first non-finite element;"), std::string::npos)
+      << r.nonfinite;
 }
 
 TEST(Evaluation, TokenByteLengthsMatchTheText) {

@@ -1,6 +1,9 @@
 // The equivalence header (normlab/testing/equivalence.h): name patterns, the map's text form, the
 // errors that name the parameter or the map's line, and that a report finds a difference (the
 // reductions themselves are tested in tests/unit/nn/test_equivalences.cpp and test_hyper.cpp).
+#include <limits>
+#include <vector>
+
 #include "normlab/nn/weights.h"
 #include "normlab/testing/equivalence.h"
 #include "normlab/util/error.h"
@@ -61,6 +64,11 @@ TEST(EquivalenceMap, BadLinesNameTheirLine) {
   EXPECT_NE(err("blocks.*.x -> y\n").find("m.map:1: 'blocks.*.x -> y': both sides need"),
             std::string::npos);
   EXPECT_NE(err("b: = 1\n").find("m.map:1: empty parameter pattern"), std::string::npos);
+  // a NUL byte or another control byte is named with its line and column, not cut at
+  EXPECT_EQ(err(std::string("# held\na: blocks.*.c1 = 0\nblocks.*.x") + '\0' + "y -> z\n"),
+            "m.map:3: a NUL byte (0x00) at column 11: a weight map is text, one rule a line");
+  EXPECT_EQ(err("a: final\x01norm.weight = 1\n"),
+            "m.map:1: a control byte (0x01) at column 9: a weight map is text, one rule a line");
   for (const char* v : {"nan", "inf", "-inf", "1e999"})
     EXPECT_NE(err(std::string("# held\na: blocks.*.c1 = ") + v + "\n")
                   .find(std::string("m.map:2: value '") + v + "' is not a finite number"),
@@ -176,4 +184,171 @@ TEST(EquivalenceReport, WorstIsTheLargestRowWhereverItIs) {
   EXPECT_EQ(r.worst_row().what, "grad c");
   r.loss.max_rel = 2.0;
   EXPECT_EQ(r.worst_row().what, "loss");
+}
+
+namespace {
+
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+const double kInf = std::numeric_limits<double>::infinity();
+
+torch::Tensor eq_values(std::vector<double> v) {
+  return torch::tensor(v, torch::TensorOptions().dtype(torch::kDouble));
+}
+
+// A report whose logits and loss agree to 1e-12 and whose gradients are `grads` (by difference()).
+eq::EquivalenceReport eq_report_with(const std::vector<eq::Difference>& grads) {
+  eq::EquivalenceReport r;
+  r.logits = eq::difference("logits", eq_values({1.0, 2.0}), eq_values({1.0, 2.0 + 1e-12}));
+  r.loss = eq::difference("loss", eq_values({3.0}), eq_values({3.0}));
+  r.gradients = grads;
+  return r;
+}
+
+// MoE blocks (4 experts, top-2, renormalized) without the router's z-loss term.
+ModelConfig eq_moe_config() {
+  ModelConfig c = test::tiny_config(Scheme::PreNorm);
+  c.moe.n_experts = 4;
+  c.moe.top_k = 2;
+  c.moe.d_expert = 12;
+  c.moe.renormalize = true;
+  c.moe.z_loss_weight = 0.0;
+  return c;
+}
+
+void eq_scale_routers(DecoderLM& m, double factor) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : m->named_parameters())
+    if (p.key().find("router.weight") != std::string::npos) p.value().mul_(factor);
+}
+
+}  // namespace
+
+// difference(): a NaN or an infinity on either side is an infinite difference, named by side and
+// kind, and fails any bound; an infinity against the same infinity too (both models overflowed
+// there: the comparison cannot vouch for them). Finite values keep max |a - b| / max |b|.
+TEST(EquivalenceDifference, NonFiniteValuesAreAnInfiniteDifference) {
+  struct Case {
+    const char* name;
+    std::vector<double> a, b;
+    const char* nonfinite;
+  };
+  const std::vector<Case> cases = {
+      {"NaN in A", {1.0, kNaN, 3.0}, {1.0, 2.0, 3.0}, "NaN in A"},
+      {"NaN in B", {1.0, 2.0, 3.0}, {1.0, kNaN, 3.0}, "NaN in B"},
+      {"NaN on both sides", {1.0, kNaN, 3.0}, {1.0, kNaN, 3.0}, "NaN in A and B"},
+      {"+inf in A against finite", {1.0, kInf, 3.0}, {1.0, 2.0, 3.0}, "+inf in A"},
+      {"+inf in B against finite", {1.0, 2.0, 3.0}, {1.0, kInf, 3.0}, "+inf in B"},
+      {"+inf against -inf", {1.0, kInf, 3.0}, {1.0, -kInf, 3.0}, "+inf in A, -inf in B"},
+      {"-inf against +inf", {1.0, -kInf, 3.0}, {1.0, kInf, 3.0}, "-inf in A, +inf in B"},
+      {"+inf against the same +inf", {1.0, kInf, 3.0}, {1.0, kInf, 3.0}, "+inf in A and B"},
+      {"-inf against the same -inf", {-kInf}, {-kInf}, "-inf in A and B"},
+      {"NaN against +inf", {kNaN}, {kInf}, "NaN in A, +inf in B"},
+  };
+  for (const Case& c : cases) {
+    const eq::Difference d = eq::difference("grad w", eq_values(c.a), eq_values(c.b));
+    EXPECT_EQ(d.max_rel, kInf) << c.name;
+    EXPECT_FALSE(d.max_rel <= 1e-10) << c.name;
+    EXPECT_EQ(d.nonfinite, c.nonfinite) << c.name;
+    // in a report whose other rows agree, it is the worst row, named
+    const eq::EquivalenceReport r =
+        eq_report_with({eq::difference("grad a", eq_values({1.0}), eq_values({1.0})), d,
+                        eq::difference("grad c", eq_values({2.0}), eq_values({2.0 + 1e-9}))});
+    EXPECT_EQ(r.worst(), kInf) << c.name;
+    EXPECT_FALSE(r.worst() <= 1e-10) << c.name;
+    EXPECT_EQ(r.worst_row().what, "grad w") << c.name;
+    EXPECT_NE(r.table().find(std::string("worst: inf (grad w: ") + c.nonfinite + ")"),
+              std::string::npos)
+        << c.name << "\n"
+        << r;
+  }
+  // Finite: the relative difference, 0 for equal tensors and for two zeros; no note.
+  const eq::Difference same = eq::difference("x", eq_values({0.0, 0.0}), eq_values({0.0, 0.0}));
+  EXPECT_EQ(same.max_rel, 0.0);
+  EXPECT_EQ(same.nonfinite, "");
+  const eq::Difference rel = eq::difference("x", eq_values({1.0, 4.0}), eq_values({1.0, 5.0}));
+  EXPECT_DOUBLE_EQ(rel.max_rel, 0.2);
+  EXPECT_EQ(rel.max_abs_b, 5.0);
+  // a - b overflowing (finite both) stays an infinite difference, not a NaN
+  const eq::Difference far = eq::difference("x", eq_values({1.5e308}), eq_values({-1.5e308}));
+  EXPECT_EQ(far.max_rel, kInf);
+  EXPECT_EQ(far.nonfinite, "");
+  // float32 sides are compared in float64
+  EXPECT_EQ(eq::difference("x", torch::full({2}, kNaN, torch::kFloat), torch::ones({2})).max_rel,
+            kInf);
+  EXPECT_THROW(eq::difference("x", torch::ones({2}), torch::ones({3})), ConfigError);
+}
+
+// A row whose max_rel is NaN (built by hand; difference() gives none) is never skipped by
+// worst(): NaN > x is false, so a plain maximum would pass it.
+TEST(EquivalenceReport, ANaNRowIsTheWorstRow) {
+  eq::EquivalenceReport r;
+  r.logits = {"logits", 1e-12, 1.0};
+  r.loss = {"loss", kNaN, 1.0};
+  r.gradients = {{"grad a", 1e-3, 1.0}};
+  EXPECT_FALSE(r.worst() <= 1e-10);
+  EXPECT_EQ(r.worst_row().what, "loss");
+  r.loss.max_rel = 0.0;
+  r.gradients = {{"grad a", 1e-3, 1.0}, {"grad b", kNaN, 1.0}};
+  EXPECT_FALSE(r.worst() <= 1e-10);
+  EXPECT_EQ(r.worst_row().what, "grad b");
+}
+
+// Whole models (compare): a NaN in one gradient only, a NaN or an infinity in the logits, and a
+// NaN in the loss only (the MoE router's z-loss term overflows and is weighted 0: 0 x inf) each
+// fail the verdict and are the named worst row, whether on one side or both.
+TEST(EquivalenceReport, NonFiniteModelsFailTheVerdictNamingTheRow) {
+  const ModelConfig cfg = test::tiny_config(Scheme::PreNorm);
+  {  // a NaN in one element of one gradient of B
+    eq::ModelPair pair = eq::build_pair(cfg, cfg);
+    pair.b->named_parameters()["blocks.1.mlp.down.weight"].register_hook([](torch::Tensor g) {
+      g = g.clone();
+      g.view({-1})[5] = kNaN;
+      return g;
+    });
+    const eq::EquivalenceReport r = eq::compare(pair);
+    EXPECT_EQ(r.logits.max_rel, 0.0) << r;
+    EXPECT_EQ(r.loss.max_rel, 0.0) << r;
+    EXPECT_FALSE(r.worst() <= 1e-10) << r;
+    EXPECT_EQ(r.worst_row().what, "grad blocks.1.mlp.down.weight") << r;
+    EXPECT_EQ(r.worst_row().nonfinite, "NaN in B") << r;
+  }
+  {  // B's head overflows: its logits are infinite (or NaN) where A's are finite
+    eq::ModelPair pair = eq::build_pair(cfg, cfg);
+    {
+      torch::NoGradGuard no_grad;
+      pair.b->named_parameters()["head.weight"].fill_(1e308);
+    }
+    const eq::EquivalenceReport r = eq::compare(pair);
+    EXPECT_FALSE(r.worst() <= 1e-10) << r;
+    EXPECT_EQ(r.worst_row().what, "logits") << r;
+    EXPECT_NE(r.logits.nonfinite.find("in B"), std::string::npos) << r;
+    EXPECT_EQ(r.logits.nonfinite.find("in A"), std::string::npos) << r;
+  }
+  {  // the same NaN weight on both sides: equal models, both NaN everywhere
+    eq::ModelPair pair = eq::build_pair(cfg, cfg);
+    {
+      torch::NoGradGuard no_grad;
+      for (DecoderLM* m : {&pair.a, &pair.b})
+        (*m)->named_parameters()["blocks.0.attn.qkv.weight"].view({-1})[3] = kNaN;
+    }
+    const eq::EquivalenceReport r = eq::compare(pair);
+    EXPECT_FALSE(r.worst() <= 1e-10) << r;
+    EXPECT_EQ(r.worst_row().what, "logits") << r;
+    EXPECT_EQ(r.worst_row().nonfinite, "NaN in A and B") << r;
+  }
+  // A NaN in the loss only. Routers scaled by 1e100 and 1e200 route alike (one-hot
+  // probabilities, weights exactly 1 and 0), so the logits and the gradients agree bitwise; the
+  // z-loss term, weighted 0, is 0 x 1e198 in A and 0 x inf = NaN in B.
+  const ModelConfig moe = eq_moe_config();
+  for (const bool both : {false, true}) {
+    eq::ModelPair pair = eq::build_pair(moe, moe, {}, {});
+    eq_scale_routers(pair.a, both ? 1e200 : 1e100);
+    eq_scale_routers(pair.b, 1e200);
+    const eq::EquivalenceReport r = eq::compare(pair);
+    EXPECT_EQ(r.logits.max_rel, 0.0) << r;
+    for (const eq::Difference& g : r.gradients) EXPECT_EQ(g.max_rel, 0.0) << g.what << "\n" << r;
+    EXPECT_FALSE(r.worst() <= 1e-10) << r;
+    EXPECT_EQ(r.worst_row().what, "loss") << r;
+    EXPECT_EQ(r.worst_row().nonfinite, both ? "NaN in A and B" : "NaN in B") << r;
+  }
 }

@@ -8,6 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -317,4 +320,47 @@ TEST(HfImportTest, TiedHeadSavedAnywayMustBeTheEmbedding) {
   EXPECT_EQ(hf_to_normlab(hf, cfg, "DIR").count("head.weight"), 0u);
   hf["lm_head.weight"] = hf["lm_head.weight"] + 1;
   EXPECT_THROW(hf_to_normlab(hf, cfg, "DIR"), CheckpointError);
+}
+
+// A Hugging Face checkpoint with one NaN or infinity in a weight is refused as it is read, naming
+// the file, the Hugging Face tensor and its first bad index: one file and a sharded one.
+TEST(HfImportTest, NonFiniteWeightsAreRefusedNamingTheTensor) {
+  const ModelConfig cfg = test::tiny_config(Scheme::PreNorm);
+  test::ScratchDir dir("hf_nonfinite");
+  TensorDict hf = random_hf(cfg);
+  hf["lm_head.weight"][3][7] = std::numeric_limits<float>::quiet_NaN();
+  const std::string one = (dir.path / "one").string();
+  fs::create_directories(one);
+  safetensors_save(one + "/model.safetensors", hf);
+  const auto error_of = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const CheckpointError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error_of([&] { hf_read(one); }),
+            one +
+                "/model.safetensors: tensor 'lm_head.weight' holds NaN at [3, 7] (its first "
+                "non-finite element; 1 in all): weights must be finite numbers");
+  // sharded: the bad tensor in the second file
+  hf["lm_head.weight"][3][7] = 0.0;
+  hf["model.norm.weight"][5] = -std::numeric_limits<float>::infinity();
+  const std::string two = (dir.path / "two").string();
+  fs::create_directories(two);
+  TensorDict first, second;
+  nlohmann::json index;
+  for (const auto& [name, t] : hf) {
+    const bool late = name.rfind("model.norm", 0) == 0 || name == "lm_head.weight";
+    (late ? second : first)[name] = t;
+    index["weight_map"][name] = late ? "model-2.safetensors" : "model-1.safetensors";
+  }
+  safetensors_save(two + "/model-1.safetensors", first);
+  safetensors_save(two + "/model-2.safetensors", second);
+  std::ofstream(two + "/model.safetensors.index.json") << index.dump();
+  EXPECT_NE(error_of([&] {
+              hf_read(two);
+            }).find(two + "/model-2.safetensors: tensor 'model.norm.weight' holds -inf at [5]"),
+            std::string::npos);
 }

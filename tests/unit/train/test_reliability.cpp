@@ -6,9 +6,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "normlab/data/shard.h"
+#include "normlab/nn/weights.h"
 #include "normlab/train/checkpoint.h"
 #include "normlab/util/file_io.h"
 #include "support.h"
@@ -215,6 +217,60 @@ TEST(CheckpointIntegrity, OlderCheckpointsWithoutChecksumsStillLoad) {
   write_bytes(ck + "/state.json", state.dump(2));
   EXPECT_TRUE(checkpoint_verify(ck).empty());
   EXPECT_EQ(checkpoint_load(ck).state.step, 5);
+}
+
+// A weight that is NaN or infinite stops every reader of the checkpoint (train --resume, export
+// and consolidate through checkpoint_load; eval, analyze and generate through
+// checkpoint_load_model), naming the file, the tensor, the kind and its first bad index.
+TEST(CheckpointIntegrity, NonFiniteWeightsAreRefusedNamingTheTensorAndIndex) {
+  test::ScratchDir dir("ckpt_nonfinite");
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    const char* tensor;
+    std::vector<int64_t> at;
+    double value;
+    const char* says;
+  };
+  for (const Case& c : {Case{"embed.weight", {2, 1}, nan, "holds NaN at [2, 1]"},
+                        Case{"embed.weight", {4, 2}, inf, "holds +inf at [4, 2]"},
+                        Case{"norm.weight", {1}, -inf, "holds -inf at [1]"}}) {
+    Checkpoint ck = small_checkpoint(3);
+    torch::Tensor t = ck.model[c.tensor];
+    if (c.at.size() == 2)
+      t[c.at[0]][c.at[1]] = c.value;
+    else
+      t[c.at[0]] = c.value;
+    const std::string run = (dir.path / c.tensor).string() + "-" + std::to_string(c.at[0]);
+    const std::string saved = checkpoint_save(run, ck, 1);
+    const std::string want = saved + "/model.safetensors: tensor '" + c.tensor + "' " + c.says +
+                             " (its first non-finite element; 1 in all): weights must be finite";
+    for (int pass = 0; pass < 2; ++pass) {
+      std::string e;
+      try {
+        if (pass == 0)
+          checkpoint_load(saved);
+        else
+          checkpoint_load_model(saved);
+      } catch (const CheckpointError& x) {
+        e = x.what();
+      }
+      EXPECT_NE(e.find(want), std::string::npos) << pass << ": " << e;
+    }
+    EXPECT_NO_THROW(checkpoint_verify(saved)) << "the file itself is intact";
+  }
+  // two bad elements: the first one in row-major order is named, and both counted
+  std::string e;
+  try {
+    check_finite_weights({{"w", torch::tensor({1.0, nan, 2.0, inf}).reshape({2, 2})}}, "f");
+  } catch (const CheckpointError& x) {
+    e = x.what();
+  }
+  EXPECT_EQ(e,
+            "f: tensor 'w' holds NaN at [0, 1] (its first non-finite element; 2 in all): "
+            "weights must be finite numbers");
+  EXPECT_NO_THROW(
+      check_finite_weights({{"ids", torch::tensor({1, 2})}, {"w", torch::ones({2})}}, "f"));
 }
 
 TEST(CheckpointIntegrity, HostileStateIsRejectedClearly) {

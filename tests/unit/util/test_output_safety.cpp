@@ -317,6 +317,40 @@ TEST(OutputFiles, AnOwnUnchangedEarlierOutputIsKeptAsPrev) {
   EXPECT_EQ(read_file((dir.path / "diagnostics.jsonl").string()), "x\n");
 }
 
+// An own output edited in place since, its size kept (a digit changed in a config, a summary or
+// a metrics line), is the user's: the ledger's name and size match, its digest does not. It is
+// refused, byte for byte as the user left it, and nothing is set aside; --overwrite replaces it.
+TEST(OutputFiles, AnEditThatKeepsTheSizeIsTheUsers) {
+  OutputSafetyDir dir;
+  const std::string name = "config.json";
+  {
+    OutputFiles out(dir.path.string(), "export", false);
+    out.claim({name});
+    write_file_atomic((dir.path / name).string(),
+                      [&](FileWriter& w) { w.write("{\"d_model\": 64, \"lr\": 0.003}\n"); });
+    out.record({name});
+  }
+  const std::string edited = "{\"d_model\": 64, \"lr\": 0.005}\n";
+  ASSERT_EQ(edited.size(), read_file((dir.path / name).string()).size());
+  os_put(dir.path / name, edited);
+  const std::string ledger = read_file((dir.path / OutputFiles::kLedger).string());
+  OutputFiles again(dir.path.string(), "export", false);
+  EXPECT_NE(os_error([&] { again.claim({name}); })
+                .find((dir.path / name).string() +
+                      ": exists and is not the unchanged output of an earlier `normlab export`"),
+            std::string::npos);
+  EXPECT_TRUE(again.own().empty());
+  EXPECT_EQ(read_file((dir.path / name).string()), edited);
+  EXPECT_FALSE(fs::exists(dir.path / (name + ".prev")));
+  EXPECT_EQ(read_file((dir.path / OutputFiles::kLedger).string()), ledger);
+  // --overwrite replaces it (the user asked), without a .prev
+  OutputFiles over(dir.path.string(), "export", true);
+  over.claim({name});
+  EXPECT_EQ(over.foreign(), std::vector<std::string>{name});
+  over.keep_previous();
+  EXPECT_FALSE(fs::exists(dir.path / (name + ".prev")));
+}
+
 TEST(OutputFiles, AForeignPrevBlocksKeepingAnOwnFile) {
   OutputSafetyDir dir;
   {
