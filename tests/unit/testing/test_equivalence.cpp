@@ -173,12 +173,12 @@ TEST(EquivalenceReport, FindsADifferenceAndHolds) {
 // than the logits and the loss, or any one gradient alone, is the worst row and named.
 TEST(EquivalenceReport, WorstIsTheLargestRowWhereverItIs) {
   eq::EquivalenceReport r;
-  r.logits = {"logits", 1e-9, 1.0};
-  r.loss = {"loss", 1e-8, 1.0};
-  r.gradients = {{"grad a", 1e-7, 1.0}, {"grad b", 1e-3, 1.0}, {"grad c", 1e-6, 1.0}};
+  r.logits = {"logits", 1e-9, 1.0, ""};
+  r.loss = {"loss", 1e-8, 1.0, ""};
+  r.gradients = {{"grad a", 1e-7, 1.0, ""}, {"grad b", 1e-3, 1.0, ""}, {"grad c", 1e-6, 1.0, ""}};
   EXPECT_EQ(r.worst(), 1e-3);
   EXPECT_EQ(r.worst_row().what, "grad b");
-  r.gradients = {{"grad a", 0.0, 1.0}, {"grad b", 0.0, 1.0}, {"grad c", 0.5, 1.0}};
+  r.gradients = {{"grad a", 0.0, 1.0, ""}, {"grad b", 0.0, 1.0, ""}, {"grad c", 0.5, 1.0, ""}};
   r.logits.max_rel = r.loss.max_rel = 0.0;
   EXPECT_EQ(r.worst(), 0.5);
   EXPECT_EQ(r.worst_row().what, "grad c");
@@ -282,13 +282,13 @@ TEST(EquivalenceDifference, NonFiniteValuesAreAnInfiniteDifference) {
 // worst(): NaN > x is false, so a plain maximum would pass it.
 TEST(EquivalenceReport, ANaNRowIsTheWorstRow) {
   eq::EquivalenceReport r;
-  r.logits = {"logits", 1e-12, 1.0};
-  r.loss = {"loss", kNaN, 1.0};
-  r.gradients = {{"grad a", 1e-3, 1.0}};
+  r.logits = {"logits", 1e-12, 1.0, ""};
+  r.loss = {"loss", kNaN, 1.0, ""};
+  r.gradients = {{"grad a", 1e-3, 1.0, ""}};
   EXPECT_FALSE(r.worst() <= 1e-10);
   EXPECT_EQ(r.worst_row().what, "loss");
   r.loss.max_rel = 0.0;
-  r.gradients = {{"grad a", 1e-3, 1.0}, {"grad b", kNaN, 1.0}};
+  r.gradients = {{"grad a", 1e-3, 1.0, ""}, {"grad b", kNaN, 1.0, ""}};
   EXPECT_FALSE(r.worst() <= 1e-10);
   EXPECT_EQ(r.worst_row().what, "grad b");
 }
