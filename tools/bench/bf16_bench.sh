@@ -7,9 +7,9 @@
 #   bf16, fp32                normlab train with train.precision = bf16 / fp32
 #   eager, compile            the reference with bf16 autocast
 #   eager_fp32, compile_fp32  the reference in fp32
-# The default sides follow the CPU class as normlab sees it (`normlab version`): with native
-# bf16 (AMX, AVX512-BF16) bf16,fp32,eager,compile; without it (bf16 would be emulated, 14x to
-# 600x slower in matmuls) fp32,eager_fp32,compile_fp32. tools/simulate_cpu.sh runs it as a
+# The default sides follow the CPU class as normlab sees it (`normlab version`): with AMX
+# bf16,fp32,eager,compile; without it fp32,eager_fp32,compile_fp32 (bf16 is emulated, 4x to
+# 600x slower in matmuls, or native with AVX512-BF16 but slower than fp32 in a step). tools/simulate_cpu.sh runs it as a
 # lower class. The sides alternate REPEATS times, each run timing STEPS steps after WARMUP
 # untimed ones (torch.compile compiles during the warm-up). The headline is each side's best
 # step over all its runs (the machines here are noisy; a busy neighbour only slows a run down);
@@ -35,6 +35,12 @@ case $shape in
 esac
 V=4096 T=256
 "$root/tools/prepare_corpus.sh" >/dev/null
+# torch.compile's kernel cache is not keyed by the CPU class: kernels cached as one class crash
+# another (a malloc abort when the AMX class's cache was reused under tools/simulate_cpu.sh
+# avx512), so each class gets a cache of its own.
+if [ -z "${TORCHINDUCTOR_CACHE_DIR:-}" ]; then
+  export TORCHINDUCTOR_CACHE_DIR="${TMPDIR:-/tmp}/torchinductor_$(id -un)_${ATEN_CPU_CAPABILITY:-native}_${ONEDNN_MAX_CPU_ISA:-native}"
+fi
 config=$root/configs/small/lm.yaml
 shard=$root/data/kjv/shards/train-00000.bin
 work=$(mktemp -d)
@@ -51,9 +57,9 @@ echo "cpu class: $class"
 echo "$(grep '^train.precision' <<< "$version")"
 if [ -z "$sides" ]; then
   case $class in
-    *"bf16 native"*) sides=bf16,fp32,eager,compile ;;
+    *"bf16 native (AMX)"*) sides=bf16,fp32,eager,compile ;;
     *) sides=fp32,eager_fp32,compile_fp32
-       echo "sides: fp32 (bf16 is emulated in this class; SIDES=bf16,... asks for it anyway)" ;;
+       echo "sides: fp32 (this class's fastest precision: bf16 is emulated, or native without AMX and slower; SIDES=bf16,... asks for it anyway)" ;;
   esac
 fi
 printf 'training step, %s: d_model %s, %s layers, d_ff %s, %s x %s tokens a step, %s runs x %s steps (+%s warm-up)\n' \

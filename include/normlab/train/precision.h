@@ -25,9 +25,10 @@ struct PrecisionChoice {
 
 /// Resolves `requested` for `device`. `cpu` is the CPU's class as the kernels see it
 /// (util/cpu_class.h; its bf16 is "AMX", "AVX512-BF16", or "" for neither); it matters only on
-/// the CPU. auto: bf16 on CUDA and on a CPU with native bf16, else fp32. bf16 runs anywhere;
-/// on a CPU without native bf16 it is emulated (correct, and 14x to 600x slower than fp32 in
-/// matmuls) and the warning gives the size of the slowdown.
+/// the CPU. auto: bf16 on CUDA and on a CPU with AMX, else fp32 (AVX512-BF16 without AMX computes
+/// bf16 natively but more slowly than fp32: auto keeps fp32 there and says why). bf16 runs
+/// anywhere; on a CPU without native bf16 it is emulated (correct, and 4x to 600x slower than fp32
+/// in matmuls) and the warning gives the size of the slowdown.
 PrecisionChoice choose_precision(Precision requested, const torch::Device& device,
                                  const CpuClass& cpu);
 

@@ -46,8 +46,9 @@ bool onednn_matmul_usable();
 std::string cpu_native_bf16(const std::string& onednn_max_isa = "");
 
 /// The matmul slowdown of bf16 against fp32 on a CPU without native bf16, as a phrase for
-/// warnings: measured (docs/performance-cpu.md), e.g. "about 600x slower than fp32 in matmuls"
-/// when oneDNN runs below AVX512_CORE, "about 2x slower" at AVX512_CORE.
+/// warnings, as measured (docs/setup.md, "CPU classes"): "100x to 600x slower than fp32 in
+/// matmuls" when oneDNN runs below AVX512_CORE, "4x to 14x slower ..." at AVX512_CORE; "" where
+/// bf16 is native.
 std::string bf16_emulation_cost(const CpuClass& cpu);
 
 }  // namespace normlab

@@ -23,17 +23,21 @@ CpuClass cpu_with(const std::string& how, const std::string& onednn = "AVX2") {
 }
 }  // namespace
 
-TEST(Bf16Precision, AutoIsBf16WhereTheCpuComputesItNatively) {
+TEST(Bf16Precision, AutoIsBf16WhereTheCpuComputesItNativelyAndFaster) {
   const torch::Device cpu(torch::kCPU);
-  for (const std::string how : {"AMX", "AVX512-BF16"}) {
-    const PrecisionChoice c = choose_precision(Precision::Auto, cpu, cpu_with(how));
-    EXPECT_TRUE(c.bf16);
-    EXPECT_FALSE(c.fp64);
-    EXPECT_EQ(c.name, "bf16");
-    EXPECT_THAT(c.reason, HasSubstr("bf16 autocast on the CPU"));
-    EXPECT_THAT(c.reason, HasSubstr(how));
-    EXPECT_EQ(c.warning, "");
-  }
+  const PrecisionChoice amx = choose_precision(Precision::Auto, cpu, cpu_with("AMX"));
+  EXPECT_TRUE(amx.bf16);
+  EXPECT_FALSE(amx.fp64);
+  EXPECT_EQ(amx.name, "bf16");
+  EXPECT_THAT(amx.reason, HasSubstr("bf16 autocast on the CPU"));
+  EXPECT_THAT(amx.reason, HasSubstr("AMX"));
+  EXPECT_EQ(amx.warning, "");
+  // AVX512-BF16 without AMX: native, but a training step is slower than in fp32.
+  const PrecisionChoice avx512 = choose_precision(Precision::Auto, cpu, cpu_with("AVX512-BF16"));
+  EXPECT_FALSE(avx512.bf16);
+  EXPECT_EQ(avx512.name, "fp32");
+  EXPECT_THAT(avx512.reason, HasSubstr("natively (AVX512-BF16), but slower than fp32"));
+  EXPECT_EQ(avx512.warning, "");
   const PrecisionChoice none = choose_precision(Precision::Auto, cpu, cpu_with(""));
   EXPECT_FALSE(none.bf16);
   EXPECT_EQ(none.name, "fp32");
@@ -49,6 +53,9 @@ TEST(Bf16Precision, ExplicitBf16RunsEverywhereAndWarnsWhereEmulated) {
   EXPECT_THAT(emulated.warning, HasSubstr("emulated"));
   EXPECT_THAT(emulated.warning, HasSubstr("100x to 600x slower than fp32 in matmuls"));
   EXPECT_EQ(choose_precision(Precision::Bf16, cpu, cpu_with("AMX")).warning, "");
+  const PrecisionChoice slower = choose_precision(Precision::Bf16, cpu, cpu_with("AVX512-BF16"));
+  EXPECT_TRUE(slower.bf16);
+  EXPECT_THAT(slower.warning, HasSubstr("slower than fp32 here"));
   const PrecisionChoice cuda =
       choose_precision(Precision::Auto, torch::Device(torch::kCUDA, 0), cpu_with(""));
   EXPECT_TRUE(cuda.bf16);

@@ -82,7 +82,7 @@ TEST(CpuClass, TheBf16WarningGivesTheSizeOfTheSlowdown) {
   emulated.onednn = "AVX2";
   EXPECT_THAT(bf16_emulation_cost(emulated), HasSubstr("600x slower than fp32"));
   emulated.onednn = "AVX512_CORE";
-  EXPECT_THAT(bf16_emulation_cost(emulated), HasSubstr("14x slower than fp32"));
+  EXPECT_THAT(bf16_emulation_cost(emulated), HasSubstr("4x to 14x slower than fp32"));
   CpuClass native;
   native.bf16 = "AMX";
   EXPECT_EQ(bf16_emulation_cost(native), "");
