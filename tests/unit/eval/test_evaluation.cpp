@@ -43,10 +43,9 @@ double score_alone(DecoderLMImpl& m, const Tokenizer& tok, const std::string& co
   return sum;
 }
 
-}  // namespace
-
-TEST(Evaluation, PerplexityIsExpOfTheMeanLossAndBytesFollow) {
-  test::ScratchDir dir("eval");
+// Shards of a small synthetic text in `dir`, and a loader over their validation split: batches
+// of 4 sequences of 16 tokens.
+ValLoader val_loader_in(const test::ScratchDir& dir) {
   test::write_text(dir / "a.txt", test::synthetic_corpus(200, 5));
   PrepareOptions p;
   p.tokenizer = test::test_tokenizer_path();
@@ -54,8 +53,14 @@ TEST(Evaluation, PerplexityIsExpOfTheMeanLossAndBytesFollow) {
   p.out_dir = dir / "shards";
   p.val_fraction = 0.2;
   data_prepare(p);
-  const auto data = std::make_shared<TokenDataset>(dir / "shards", "val", 16);
-  const ValLoader loader(data, 4);
+  return ValLoader(std::make_shared<TokenDataset>(dir / "shards", "val", 16), 4);
+}
+
+}  // namespace
+
+TEST(Evaluation, PerplexityIsExpOfTheMeanLossAndBytesFollow) {
+  test::ScratchDir dir("eval");
+  const ValLoader loader = val_loader_in(dir);
 
   DecoderLM m = evaluation_model_of(400);
   {
@@ -91,15 +96,7 @@ TEST(Evaluation, PerplexityIsExpOfTheMeanLossAndBytesFollow) {
 // logits' first NaN or infinity.
 TEST(Evaluation, ANonFiniteLossSaysWhatWentNonFinite) {
   test::ScratchDir dir("eval_nonfinite");
-  test::write_text(dir / "a.txt", test::synthetic_corpus(200, 5));
-  PrepareOptions p;
-  p.tokenizer = test::test_tokenizer_path();
-  p.inputs = {dir / "a.txt"};
-  p.out_dir = dir / "shards";
-  p.val_fraction = 0.2;
-  data_prepare(p);
-  const auto data = std::make_shared<TokenDataset>(dir / "shards", "val", 16);
-  const ValLoader loader(data, 4);
+  const ValLoader loader = val_loader_in(dir);
   DecoderLM m = evaluation_model_of(400);
   EXPECT_EQ(evaluate(*m, loader, 0, torch::kCPU, false).nonfinite, "");
   {
