@@ -146,9 +146,8 @@ std::string CpuClass::describe() const {
 
 std::string bf16_emulation_cost(const CpuClass& cpu) {
   if (!cpu.bf16.empty()) return "";
-  // Measured with 512^3 matmuls against fp32 (docs/setup.md, "CPU classes"): 4x to 14x at
-  // oneDNN AVX512_CORE, 95x to 230x below it on a Xeon lowered to AVX2, 600x on a real AVX2
-  // EPYC at 2048^3.
+  // docs/setup.md, "CPU classes": 4x to 14x at oneDNN AVX512_CORE and 95x to 230x below it
+  // (512^3, a Xeon with AMX lowered), 600x at 2048^3 on a real AVX2 EPYC.
   return at_least(cpu.onednn, "AVX512_CORE") ? "4x to 14x slower than fp32 in matmuls"
                                              : "100x to 600x slower than fp32 in matmuls";
 }

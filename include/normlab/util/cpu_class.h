@@ -1,14 +1,16 @@
 // The CPU class as LibTorch's kernels see it, and what normlab chooses from it.
 //
-// Two libraries inside LibTorch read the CPU, each for itself:
+// Three libraries inside LibTorch read the CPU, each for itself:
 //   ATen's vector kernels    AVX512, AVX2 or DEFAULT (portable); ATEN_CPU_CAPABILITY lowers them
 //   oneDNN (matmuls, bf16)   its instruction set, e.g. AVX512_CORE_AMX, AVX2, SSE41;
 //                            ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA) lowers it
+//   MKL (fp32 GEMMs)         MKL_ENABLE_INSTRUCTIONS lowers it; normlab makes no choice from it
 // normlab's own choices follow what the kernels see, not the CPU's flags alone, so that a CPU
-// simulated by lowering both variables behaves as a real CPU of that class:
+// simulated by lowering them together (tools/simulate_cpu.sh) behaves as a real CPU of its class:
 //   the linear path   oneDNN's matmul where LibTorch's own check lets it run, else ATen's
 //   bf16              native (AMX, AVX512-BF16) where oneDNN runs at that level, else emulated
-//                     (correct, and far slower than fp32: train.precision = auto picks fp32)
+//                     (correct, and far slower than fp32); train.precision = auto takes bf16
+//                     with AMX only (train/precision.h)
 // LibTorch does not export oneDNN's query of its effective ISA, so the limit is an argument:
 // the program reads the variable (as oneDNN does) and passes it.
 #pragma once
