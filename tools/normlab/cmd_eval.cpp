@@ -16,6 +16,7 @@
 #include "normlab/data/tokenizer.h"
 #include "normlab/eval/evaluate.h"
 #include "normlab/eval/tasks.h"
+#include "normlab/nn/model.h"
 #include "normlab/train/export.h"
 #include "normlab/util/file_io.h"
 #include "normlab/util/library_error.h"

@@ -19,6 +19,7 @@
 #include "fault.h"
 #include "normlab/config/config_io.h"
 #include "normlab/distributed/communicator.h"
+#include "normlab/nn/model.h"
 #include "normlab/train/run_folder.h"
 #include "normlab/train/train_flags.h"
 #include "normlab/train/trainer.h"

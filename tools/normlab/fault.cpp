@@ -8,6 +8,7 @@
 #include <sstream>
 #include <vector>
 
+#include "normlab/nn/model.h"
 #include "normlab/util/error.h"
 
 namespace normlab::cli {

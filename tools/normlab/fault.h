@@ -24,8 +24,11 @@
 #include <memory>
 #include <string>
 
-#include "normlab/nn/model.h"
 #include "normlab/util/file_io.h"
+
+namespace normlab {
+class ForwardHooks;  // nn/model.h
+}  // namespace normlab
 
 namespace normlab::cli {
 
