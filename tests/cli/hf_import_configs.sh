@@ -4,7 +4,8 @@
 # normlab cannot express (another architecture, biases, RoPE scaling, another activation,
 # clip_qkv, another head_dim, a sequence past max_position_embeddings) are refused naming the
 # config.json key; the older form of the RoPE keys (rope_theta, rope_scaling) is read; a missing
-# or corrupt shard and a missing weights file name the file; shapes that differ are refused;
+# or corrupt shard and a missing weights file name the file; a NaN in a weight names the tensor and
+# its index; shapes that differ are refused;
 # nothing is written on a refusal and nothing the user has is overwritten. The logits of the
 # imports: hf_import.sh.
 # Usage: hf_import_configs.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
@@ -54,6 +55,20 @@ expect_error "model-00002-of-00007.safetensors" "$shards"
 single=$(edited nofile llama_tied 'pass')
 rm "$single/model.safetensors"
 expect_error "no model.safetensors or model.safetensors.index.json" "$single"
+# One NaN in lm_head.weight (in whichever shard holds it) is refused, naming the file, the tensor
+# and its first bad index: an import must not make a run whose loss is NaN.
+nan=$(edited nan llama_gqa_sharded 'pass')
+"$python" - "$nan" <<'PY' || fail "could not write the NaN checkpoint"
+import json, sys
+from safetensors.torch import load_file, save_file
+d = sys.argv[1]
+shard = json.load(open(f"{d}/model.safetensors.index.json"))["weight_map"]["lm_head.weight"]
+tensors = load_file(f"{d}/{shard}")
+tensors["lm_head.weight"][3, 7] = float("nan")
+save_file(tensors, f"{d}/{shard}", metadata={"format": "pt"})
+print(shard)
+PY
+expect_error "safetensors: tensor 'lm_head.weight' holds NaN at \[3, 7\] (its first non-finite element; 1 in all)" "$nan"
 wrong=$(edited wrong llama_tied 'c["intermediate_size"]=128')
 expect_error "shapes that differ:" "$wrong"
 
