@@ -130,10 +130,6 @@ CpuClass cpu_class(const std::string& onednn_max_isa) {
   return c;
 }
 
-std::string cpu_native_bf16(const std::string& onednn_max_isa) {
-  return cpu_class(onednn_max_isa).bf16;
-}
-
 std::string CpuClass::describe() const {
   std::string s = "oneDNN " + (onednn.empty() ? std::string("(none)") : onednn);
   if (onednn != hardware)

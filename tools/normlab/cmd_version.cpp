@@ -3,7 +3,6 @@
 // native or emulated) and what train.precision = auto chooses here.
 #include <torch/torch.h>
 
-#include <cstdlib>
 #include <iomanip>
 #include <iostream>
 
@@ -15,12 +14,6 @@
 #include "normlab/version.h"
 
 namespace normlab::cli {
-
-std::string onednn_max_isa_from_environment() {
-  for (const char* name : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"})
-    if (const char* v = std::getenv(name); v && *v) return v;
-  return "";
-}
 
 Runner setup_version(CLI::App& sub) {
   return [] {

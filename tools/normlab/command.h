@@ -19,7 +19,8 @@ struct Command {
 };
 
 /// The oneDNN ISA limit of this process, as oneDNN reads it: ONEDNN_MAX_CPU_ISA, else
-/// DNNL_MAX_CPU_ISA, else "" (util/cpu_class.h; cmd_version.cpp).
+/// DNNL_MAX_CPU_ISA, else "" (util/cpu_class.h). Read in main.cpp, with the process's other
+/// variables; the commands pass it on (TrainOptions::onednn_max_isa).
 std::string onednn_max_isa_from_environment();
 
 Runner setup_analyze(CLI::App& sub);

@@ -50,6 +50,16 @@ bool show_backtraces() {
 
 }  // namespace
 
+namespace normlab::cli {
+
+std::string onednn_max_isa_from_environment() {
+  for (const char* name : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"})
+    if (const char* v = std::getenv(name); v && *v) return v;
+  return "";
+}
+
+}  // namespace normlab::cli
+
 int main(int argc, char** argv) {
   CLI::App app{"normlab " NORMLAB_VERSION_STRING
                ": pre-training language models with the normalization placement at the centre",

@@ -44,9 +44,6 @@ CpuClass cpu_class(const std::string& onednn_max_isa = "");
 /// false where the operator is missing or LibTorch has no oneDNN.
 bool onednn_matmul_usable();
 
-/// How this CPU computes bf16 matmuls natively under the oneDNN limit: cpu_class(...).bf16.
-std::string cpu_native_bf16(const std::string& onednn_max_isa = "");
-
 /// The matmul slowdown of bf16 against fp32 on a CPU without native bf16, as a phrase for
 /// warnings, as measured (docs/setup.md, "CPU classes"): "100x to 600x slower than fp32 in
 /// matmuls" when oneDNN runs below AVX512_CORE, "4x to 14x slower ..." at AVX512_CORE; "" where
