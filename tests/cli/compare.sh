@@ -4,9 +4,10 @@
 # logits, the loss and every Pre-Norm gradient; two streams are DIFFERENT (exit 3, the final
 # norm's eps); a map rule that matches nothing, a parameter without a counterpart and a shape that
 # disagrees stop with an error naming the rule's line or the parameter; logits that are NaN or
-# infinite on one side or both are DIFFERENT, the logits named as the worst row; a --max-rel that is not
-# a positive, finite number (-1, 0, nan, inf, ...) is refused by name, and so are sizes out of
-# bounds or beyond the machine's memory. Self-contained; seconds.
+# infinite on one side or both are DIFFERENT, the logits named as the worst row; a NaN in the loss
+# beside equal logits (an MoE router's z-loss weighted 0) is DIFFERENT, the loss the worst row; a
+# --max-rel that is not a positive, finite number (-1, 0, nan, inf, ...) is refused by name, and
+# so are sizes out of bounds or beyond the machine's memory. Self-contained; seconds.
 # Usage: compare.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR (CORPUS_DIR, PYTHON unused)
 set -euo pipefail
 normlab=$1 src=$2 work=$5
@@ -51,6 +52,18 @@ rc=0
 grep -q "^worst: inf (logits: [^)]* in A and B)" "$work/inf-ab.out" && grep -q "^DIFFERENT: worst inf" "$work/inf-ab.out" \
   || { cat "$work/inf-ab.out"; fail "the same non-finite logits in A and B are not the worst row, or not DIFFERENT"; }
 grep "^worst: " "$work/inf-b.out" "$work/inf-ab.out"
+# A NaN in the loss while the logits agree: routers held at 1e100 in A and 1e200 in B route
+# alike (every expert's logit equal), but B's router z-loss, weighted 0, is 0 x inf = NaN. The
+# loss is the worst row, named, and the verdict fails.
+printf 'a: blocks.*.mlp.router.weight = 1e100\nb: blocks.*.mlp.router.weight = 1e200\n' > "$work/zloss.map"
+moe=(--config "$src/configs/moe/tiny.yaml" --set model.moe.z_loss_weight=0)
+rc=0
+"$normlab" compare "${moe[@]}" --against "$src/configs/moe/tiny.yaml" --set-against model.moe.z_loss_weight=0 \
+  --map "$work/zloss.map" --max-rel 1e-10 > "$work/zloss.out" 2>&1 || rc=$?
+[ "$rc" = 3 ] || { cat "$work/zloss.out"; fail "B's loss NaN: exit code $rc, want 3"; }
+grep -q "^logits  *0.000e+00 " "$work/zloss.out" && grep -q "^worst: inf (loss: NaN in B)" "$work/zloss.out" \
+  && grep -q "^DIFFERENT: worst inf" "$work/zloss.out" \
+  || { cat "$work/zloss.out"; fail "B's NaN loss beside equal logits is not the worst row, or not DIFFERENT"; }
 
 # Errors name what is wrong.
 expect_error() {  # expect_error NAME PATTERN ARGS...: exit 1 with PATTERN in the message
