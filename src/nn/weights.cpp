@@ -75,4 +75,10 @@ void check_finite_weights(const TensorDict& weights, const std::string& what) {
   }
 }
 
+TensorDict read_weight_file(const std::string& file) {
+  TensorDict weights = safetensors_load(file).tensors;
+  check_finite_weights(weights, file);
+  return weights;
+}
+
 }  // namespace normlab

@@ -119,9 +119,7 @@ ModelConfig export_config(const std::string& dir) {
 DecoderLM import_model(const std::string& dir, torch::Device device) {
   DecoderLM model(export_config(dir), device);
   const std::string weights = (fs::path(dir) / "model.safetensors").string();
-  const TensorDict tensors = safetensors_load(weights).tensors;
-  check_finite_weights(tensors, weights);
-  load_weights(*model, tensors, weights);
+  load_weights(*model, read_weight_file(weights), weights);
   return model;
 }
 

@@ -133,9 +133,7 @@ TensorDict hf_read(const std::string& dir) {
       throw CheckpointError(dir +
                             ": no model.safetensors or model.safetensors.index.json (a "
                             "save_pretrained folder with safetensors weights is needed)");
-    TensorDict weights = safetensors_load(single.string()).tensors;
-    check_finite_weights(weights, single.string());
-    return weights;
+    return read_weight_file(single.string());
   }
   std::map<std::string, std::vector<std::string>> shards;  // file -> names the index puts there
   try {
@@ -151,8 +149,7 @@ TensorDict hf_read(const std::string& dir) {
     const fs::path path = fs::path(dir) / file;
     if (!fs::exists(path))
       throw CheckpointError(path.string() + ": no such file (listed in " + index.string() + ")");
-    TensorDict shard = safetensors_load(path.string()).tensors;
-    check_finite_weights(shard, path.string());
+    TensorDict shard = read_weight_file(path.string());
     for (const std::string& name : names) {
       if (!shard.count(name))
         throw CheckpointError(path.string() + ": has no " + name + " (" + index.string() +

@@ -139,9 +139,7 @@ TensorDict olmo_read(const std::string& file_or_dir) {
   } else if (!fs::exists(file_or_dir)) {
     throw CheckpointError(file_or_dir + ": no such file or folder");
   }
-  TensorDict weights = safetensors_load(file).tensors;
-  check_finite_weights(weights, file);
-  return weights;
+  return read_weight_file(file);
 }
 
 std::string olmo_import(const std::string& file_or_dir, const RunConfig& cfg,

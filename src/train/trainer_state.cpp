@@ -100,9 +100,7 @@ RunState::RunState(const RunContext& ctx, bool resuming)
     const std::string file = fs::is_directory(ctx.o.init_from)
                                  ? (fs::path(ctx.o.init_from) / "model.safetensors").string()
                                  : ctx.o.init_from;
-    const TensorDict weights = safetensors_load(file).tensors;
-    check_finite_weights(weights, file);
-    load_weights(*model_, weights, file);
+    load_weights(*model_, read_weight_file(file), file);
     ctx.info("initial weights from " + file);
   }
   for (const auto& p : model_->parameters()) {

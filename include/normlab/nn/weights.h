@@ -26,6 +26,11 @@ void load_weights(torch::nn::Module& module, const TensorDict& weights, const st
 /// loss later.
 void check_finite_weights(const TensorDict& weights, const std::string& what);
 
+/// The tensors of the safetensors file `file`, refused (check_finite_weights) when a weight is
+/// not finite: how a weight file outside a run's checkpoints is read (an export folder,
+/// --init-from, a Hugging Face or OLMo checkpoint).
+TensorDict read_weight_file(const std::string& file);
+
 /// "" when every element of `t` is finite (or `t` is not floating-point), else its first
 /// non-finite element: "NaN at [3, 17] (its first non-finite element; 2 in all)".
 std::string first_nonfinite(const torch::Tensor& t);
