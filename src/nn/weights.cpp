@@ -47,6 +47,10 @@ void load_weights(torch::nn::Module& module, const TensorDict& source, const std
   for (auto& p : params) p.value().copy_(weights.at(p.key()));
 }
 
+std::string nonfinite_name(double v) {
+  return std::isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf";
+}
+
 std::string first_nonfinite(const torch::Tensor& t) {
   torch::NoGradGuard no_grad;
   if (!t.is_floating_point() || t.numel() == 0 || torch::isfinite(t).all().item<bool>()) return "";
@@ -59,10 +63,7 @@ std::string first_nonfinite(const torch::Tensor& t) {
     index = std::to_string(rest % t.size(d)) + (index.empty() ? "" : ", ") + index;
     rest /= t.size(d);
   }
-  return std::string(std::isnan(v) ? "NaN"
-                     : v > 0       ? "+inf"
-                                   : "-inf") +
-         " at [" + index + "] (its first non-finite element; " +
+  return nonfinite_name(v) + " at [" + index + "] (its first non-finite element; " +
          std::to_string(bad.sum().item<int64_t>()) + " in all)";
 }
 

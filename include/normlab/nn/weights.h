@@ -31,6 +31,9 @@ void check_finite_weights(const TensorDict& weights, const std::string& what);
 /// --init-from, a Hugging Face or OLMo checkpoint).
 TensorDict read_weight_file(const std::string& file);
 
+/// "NaN", "+inf" or "-inf": how normlab's messages name the non-finite number `v`.
+std::string nonfinite_name(double v);
+
 /// "" when every element of `t` is finite (or `t` is not floating-point), else its first
 /// non-finite element: "NaN at [3, 17] (its first non-finite element; 2 in all)".
 std::string first_nonfinite(const torch::Tensor& t);

@@ -109,6 +109,11 @@ TEST(Evaluation, ANonFiniteLossSaysWhatWentNonFinite) {
       r.nonfinite.rfind("batch 1 of " + std::to_string(loader.num_batches()) + ": the loss is ", 0),
       0u)
       << r.nonfinite;
+  // The loss's value is spelt as first_nonfinite spells an element: NaN, +inf or -inf.
+  const std::string after = r.nonfinite.substr(r.nonfinite.find("the loss is ") + 12);
+  EXPECT_TRUE(after.rfind("NaN;", 0) == 0 || after.rfind("+inf;", 0) == 0 ||
+              after.rfind("-inf;", 0) == 0)
+      << r.nonfinite;
   EXPECT_NE(r.nonfinite.find("; the logits hold "), std::string::npos) << r.nonfinite;
   EXPECT_NE(r.nonfinite.find(", 7] (its first non-finite element;"), std::string::npos)
       << r.nonfinite;
