@@ -33,7 +33,8 @@ EvalResult evaluate(DecoderLMImpl& model, const ValLoader& loader, int64_t max_b
     if (!std::isfinite(ce) && r.nonfinite.empty()) {
       const std::string logits = first_nonfinite(out.logits);
       r.nonfinite = "batch " + std::to_string(k + 1) + " of " + std::to_string(n) +
-                    ": the loss is " + nonfinite_name(ce) + "; the logits " + (logits.empty() ? "are finite" : "hold " + logits);
+                    ": the loss is " + nonfinite_name(ce) + "; the logits " +
+                    (logits.empty() ? "are finite" : "hold " + logits);
     }
     sum += ce * static_cast<double>(tokens);
     r.tokens += tokens;

@@ -47,9 +47,7 @@ void load_weights(torch::nn::Module& module, const TensorDict& source, const std
   for (auto& p : params) p.value().copy_(weights.at(p.key()));
 }
 
-std::string nonfinite_name(double v) {
-  return std::isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf";
-}
+std::string nonfinite_name(double v) { return std::isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf"; }
 
 std::string first_nonfinite(const torch::Tensor& t) {
   torch::NoGradGuard no_grad;
