@@ -77,3 +77,34 @@ if(NOT DEFINED NORMLAB_HAVE_ONEDNN_MATMUL)
   unset(CMAKE_REQUIRED_QUIET)
 endif()
 message(STATUS "normlab: oneDNN matmul from LibTorch: ${NORMLAB_HAVE_ONEDNN_MATMUL}")
+
+# normlab's own CPU kernels (src/nn/fused.cpp) split their rows with at::parallel_for. That
+# template is inline: it reaches LibTorch's OpenMP threads only in a source compiled with
+# OpenMP (ATen/ParallelOpenMP.h defines the parallel path under _OPENMP); anywhere else every
+# loop runs on the calling thread. So the kernels' source is compiled with OpenMP when LibTorch
+# itself runs on OpenMP (ATen/Config.h: AT_PARALLEL_OPENMP 1), and links the same libgomp
+# (one soname, so one thread pool in the process).
+set(NORMLAB_KERNELS_OPENMP OFF)
+foreach(_dir ${TORCH_INCLUDE_DIRS})
+  if(EXISTS ${_dir}/ATen/Config.h)
+    file(STRINGS ${_dir}/ATen/Config.h _at_openmp REGEX "^#define AT_PARALLEL_OPENMP 1")
+    if(_at_openmp)
+      find_package(OpenMP COMPONENTS CXX)
+      # LibTorch's own libgomp where its package carries one (the pip wheel does), so that the
+      # link names the library the process loads; else the compiler's.
+      find_library(NORMLAB_GOMP_LIBRARY NAMES libgomp.so.1 gomp PATHS ${NORMLAB_TORCH_PREFIX}/lib
+                   NO_DEFAULT_PATH)
+      if(NOT NORMLAB_GOMP_LIBRARY)
+        set(NORMLAB_GOMP_LIBRARY "${OpenMP_CXX_LIBRARIES}")
+      endif()
+      if(OpenMP_CXX_FOUND)
+        set(NORMLAB_KERNELS_OPENMP ON)
+      else()
+        message(WARNING "normlab: LibTorch runs on OpenMP but this compiler offers none: "
+          "normlab's CPU kernels (RMSNorm, RoPE) will run on one thread")
+      endif()
+    endif()
+    break()
+  endif()
+endforeach()
+message(STATUS "normlab: CPU kernels on LibTorch's OpenMP threads: ${NORMLAB_KERNELS_OPENMP}")

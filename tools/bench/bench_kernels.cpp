@@ -1,8 +1,11 @@
-// normlab-bench-kernels: normlab's fused CUDA residual-add + RMSNorm (fused::add_rms_norm)
-// against the ATen composition it replaces (x + b, then at::rms_norm in fp32), forward and
-// backward, side by side in one process on one GPU; prints each time and the ratio. Shapes:
-// the 1.3B model's residual stream (micro-batch x 2048 tokens x d_model). Without a CUDA
-// device it says so and exits 0.
+// normlab-bench-kernels: normlab's own kernels against the ATen composition each replaces,
+// forward and backward, side by side in one process; prints each median time and the ratio.
+//   default  the fused CUDA residual-add + RMSNorm (fused::add_rms_norm) against x + b, then
+//            at::rms_norm in fp32, over the 1.3B model's residual stream (micro-batch x 2048
+//            tokens x d_model), on one GPU. Without a CUDA device it says so and exits 0.
+//   --cpu    the CPU kernels, fp32, on ATen's threads: fused::rms_norm against at::rms_norm
+//            over (batch, tokens, d_model), and fused::rope against x cos + rotate(x) sin over
+//            (batch, tokens, heads, d_model / heads).
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
@@ -17,19 +20,54 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Median milliseconds per call of fn over `reps` calls after warm-up, synchronised.
-double time_ms(const std::function<void()>& fn, int reps) {
+// Median milliseconds per call of fn over `reps` calls after warm-up, synchronised on CUDA.
+double time_ms(const std::function<void()>& fn, int reps, bool cuda = true) {
   for (int i = 0; i < 3; ++i) fn();
-  torch::cuda::synchronize();
+  if (cuda) torch::cuda::synchronize();
   std::vector<double> ms;
   for (int i = 0; i < reps; ++i) {
     const auto t0 = Clock::now();
     fn();
-    torch::cuda::synchronize();
+    if (cuda) torch::cuda::synchronize();
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
+}
+
+// fused::rms_norm and fused::rope against ATen's ops, fp32 on the CPU; one line each.
+void bench_cpu(int64_t batch, int64_t tokens, int64_t d_model, int64_t heads, int reps) {
+  const int64_t hd = d_model / heads, h = hd / 2;
+  std::printf(
+      "normlab CPU kernels against ATen, fp32, forward + backward, median of %d, %d threads\n",
+      reps, torch::get_num_threads());
+  std::printf("  %-34s %10s %10s %7s\n", "op (shape)", "ATen ms", "normlab ms", "ratio");
+  const auto row = [&](const char* name, const std::function<void()>& aten,
+                       const std::function<void()>& ours) {
+    const double a = time_ms(aten, reps, false), o = time_ms(ours, reps, false);
+    std::printf("  %-34s %10.3f %10.3f %6.2fx\n", name, a, o, a / o);
+  };
+  const torch::Tensor x = torch::randn({batch, tokens, d_model}).requires_grad_();
+  const torch::Tensor w = torch::randn({d_model}).requires_grad_();
+  const torch::Tensor g = torch::randn_like(x);
+  char name[160];
+  std::snprintf(name, sizeof name, "RMSNorm (%lld, %lld, %lld)", static_cast<long long>(batch),
+                static_cast<long long>(tokens), static_cast<long long>(d_model));
+  row(
+      name, [&] { at::rms_norm(x, {d_model}, w, 1e-6).backward(g); },
+      [&] { normlab::fused::rms_norm(x, w, 1e-6).backward(g); });
+  const torch::Tensor q = torch::randn({batch, tokens, heads, hd}).requires_grad_();
+  const torch::Tensor gq = torch::randn_like(q);
+  const torch::Tensor cos = torch::rand({tokens, hd}), sin = torch::rand({tokens, hd});
+  std::snprintf(name, sizeof name, "RoPE (%lld, %lld, %lld, %lld)", static_cast<long long>(batch),
+                static_cast<long long>(tokens), static_cast<long long>(heads),
+                static_cast<long long>(hd));
+  const auto rope_aten = [&] {
+    const torch::Tensor c = cos.unsqueeze(1), s = sin.unsqueeze(1);
+    const torch::Tensor rot = torch::cat({-q.narrow(-1, h, h), q.narrow(-1, 0, h)}, -1);
+    (q * c + rot * s).backward(gq);
+  };
+  row(name, rope_aten, [&] { normlab::fused::rope(q, cos, sin).backward(gq); });
 }
 
 }  // namespace
@@ -37,11 +75,30 @@ double time_ms(const std::function<void()>& fn, int reps) {
 int main(int argc, char** argv) {
   int64_t rows = 8 * 2048, cols = 2048;
   int reps = 50;
-  CLI::App app{"fused residual-add + RMSNorm against the ATen composition, on CUDA"};
+  CLI::App app{"normlab's kernels against the ATen composition each replaces"};
   app.add_option("--rows", rows, "rows (tokens)")->capture_default_str();
   app.add_option("--cols", cols, "columns (d_model)")->capture_default_str();
   app.add_option("--reps", reps, "timed repetitions (median)")->capture_default_str();
+  bool cpu = false;
+  int64_t batch = 8, tokens = 256, d_model = 512, heads = 8;
+  app.add_flag("--cpu", cpu, "the CPU kernels (RMSNorm, RoPE) instead of the CUDA one");
+  app.add_option("--batch", batch, "--cpu: batch")->capture_default_str();
+  app.add_option("--tokens", tokens, "--cpu: tokens per sequence")->capture_default_str();
+  app.add_option("--d-model", d_model, "--cpu: d_model")->capture_default_str();
+  app.add_option("--heads", heads, "--cpu: attention heads (RoPE)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (cpu) {
+    if (batch < 1 || tokens < 1 || heads < 1 || d_model % heads != 0 ||
+        (d_model / heads) % 2 != 0) {
+      std::fprintf(stderr,
+                   "normlab-bench-kernels: --d-model %lld must split into --heads %lld of an "
+                   "even size, and --batch and --tokens must be positive\n",
+                   static_cast<long long>(d_model), static_cast<long long>(heads));
+      return 2;
+    }
+    bench_cpu(batch, tokens, d_model, heads, reps);
+    return 0;
+  }
   if (!torch::cuda::is_available()) {
     std::printf("no CUDA device: nothing to measure\n");
     return 0;
