@@ -44,6 +44,11 @@ std::string own_kernels_archs();
 /// ATen's linear.
 bool onednn_linear_available();
 
+/// How many of ATen's threads the CPU kernels' at::parallel_for reaches: a two-task loop is run
+/// and its calls counted. 2 where ATen has two threads or more and this build compiled the
+/// kernels with OpenMP (cmake/NormlabTorch.cmake); 1 where they run on the calling thread.
+int kernel_threads();
+
 /// True when these tensors take the fused CPU kernels (else the ATen composition).
 bool cpu_fusable(const torch::Tensor& x);
 

@@ -70,6 +70,21 @@ TEST(Fused, RopeMatchesTheComposition) {
   }
 }
 
+// The kernels' at::parallel_for must reach ATen's threads: compiled without OpenMP (while
+// LibTorch runs on it), every loop ran on the calling thread, 1.6x to 2.7x slower at d_model 512.
+TEST(Fused, KernelsRunOnAtensThreads) {
+  const int before = at::get_num_threads();
+  at::set_num_threads(2);
+  const int reached = fused::kernel_threads();
+  at::set_num_threads(1);
+  const int alone = fused::kernel_threads();
+  at::set_num_threads(before);
+  if (at::get_parallel_info().find("OpenMP") == std::string::npos)
+    GTEST_SKIP() << "LibTorch does not run on OpenMP here";
+  EXPECT_EQ(reached, 2);
+  EXPECT_EQ(alone, 1);
+}
+
 TEST(Fused, LinearMatchesATenLinear) {
   torch::manual_seed(4);
   const torch::Tensor x = torch::randn({3, 17, 48}).requires_grad_();
