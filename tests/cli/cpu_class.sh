@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The CPU class as the kernels see it, on the built-in corpus fixture: `normlab version` names
-# oneDNN's ISA, the linear path and bf16 native or emulated; with oneDNN lowered to AVX2 (as on
-# an AVX2-only CPU) training runs (ATen's linear), train.precision = auto picks fp32 and an
+# oneDNN's ISA, the linear path and bf16 native or emulated; training in the class the test runs
+# in (CI runs it natively and in every simulated class) logs that class and auto's choice as
+# `version` gives them in the same environment; lowered to AVX2 (tools/simulate_cpu.sh, as on an
+# AVX2-only CPU; skipped where the test already runs below AVX2) training runs (ATen's linear),
+# train.precision = auto picks fp32 and an
 # explicit bf16 warns with the size of the slowdown; and a LibTorch error forced in the forward
 # of a block (NORMLAB_FAULT=torch_error:blocks:L) reaches the user as one line naming the step
 # and the block, exit code 1, its C++ backtrace in train.log and on the terminal only with
@@ -13,11 +16,27 @@ rm -rf "$work" && mkdir -p "$work"
 fail() { echo "FAIL: $*"; exit 1; }
 tiny=(--config "$src/configs/tiny/lm.yaml" --set "data.train=$kjv/shards"
       --set "data.tokenizer=$kjv/tokenizer.model" --set eval.batches=1)
-avx2=(env ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2)
+avx2=("$src/tools/simulate_cpu.sh" avx2)
 
 "$normlab" version > "$work/version.out"
 grep -Eq "^  cpu class: oneDNN [A-Z0-9_]+.*, ATen (AVX512|AVX2|DEFAULT), linear through (oneDNN|ATen), bf16 (emulated|native \((AMX|AVX512-BF16)\))$" \
   "$work/version.out" || { cat "$work/version.out"; fail "version: no cpu class line"; }
+
+# Training in this environment's class: train.log names the class and auto's choice exactly as
+# `normlab version` does here, and three steps train.
+class_line=$(sed -n 's/^  cpu class: //p' "$work/version.out")
+auto_line=$(sed -n 's/^train.precision = auto on cpu: //p' "$work/version.out")
+[ -n "$auto_line" ] || { cat "$work/version.out"; fail "version: no line for train.precision = auto"; }
+"$normlab" train "${tiny[@]}" --set train.steps=3 --set train.precision=auto --out "$work/own" \
+  > "$work/own.out" 2>&1 || { cat "$work/own.out"; fail "train in this CPU class ($class_line)"; }
+grep -qF "CPU: $class_line" "$work/own/train.log" || { cat "$work/own/train.log"; fail "train.log's CPU class is not version's: $class_line"; }
+grep -qF "precision: $auto_line" "$work/own/train.log" || { cat "$work/own/train.log"; fail "train.log's precision is not version's: $auto_line"; }
+grep -q '"step":3' "$work/own/metrics.jsonl" || fail "no third step in this CPU class"
+echo "trained 3 steps as: $class_line"
+
+if grep -q "ATen DEFAULT" "$work/version.out"; then
+  echo "this environment is below AVX2: the AVX2 case is skipped (the lines above trained in it)"
+else
 "${avx2[@]}" "$normlab" version > "$work/version_avx2.out"
 grep -q "^  cpu class: oneDNN AVX2 (limit AVX2; the CPU has [A-Z0-9_]*), ATen AVX2, linear through ATen, bf16 emulated$" "$work/version_avx2.out" \
   || grep -q "^  cpu class: oneDNN AVX2, ATen AVX2, linear through ATen, bf16 emulated$" "$work/version_avx2.out" \
@@ -36,6 +55,7 @@ grep -q '"step":3' "$work/avx2/metrics.jsonl" || fail "no third step"
   --out "$work/avx2_bf16" > "$work/avx2_bf16.out" 2>&1 || { cat "$work/avx2_bf16.out"; fail "bf16 with oneDNN at AVX2"; }
 grep -q "bf16 is emulated, correct but 100x to 600x slower than fp32 in matmuls" "$work/avx2_bf16.out" \
   || { cat "$work/avx2_bf16.out"; fail "the bf16 warning gives no size"; }
+fi
 
 # one_error_line OUT COMMAND: OUT's last line is the error, the only line of the error, and no
 # C++ frame is on the terminal.
@@ -63,7 +83,7 @@ grep -Eq "frame #|Exception raised from" "$work/fault_shown.out" || fail "TORCH_
 
 # eval of a trained model, the same error in its forward.
 rc=0
-NORMLAB_FAULT=torch_error:blocks:0 "$normlab" eval --checkpoint "$work/avx2" --data "$kjv/shards" --batches 1 \
+NORMLAB_FAULT=torch_error:blocks:0 "$normlab" eval --checkpoint "$work/own" --data "$kjv/shards" --batches 1 \
   > "$work/eval_fault.out" 2>&1 || rc=$?
 [ "$rc" = 1 ] || { cat "$work/eval_fault.out"; fail "eval with a LibTorch error exited $rc, want 1"; }
 one_error_line "$work/eval_fault.out" \
