@@ -131,9 +131,16 @@ std::string attention_backend(const AttentionOptions& o, int64_t batch, int64_t 
   // As forward lays them out: (B, T, heads, D) viewed as (B, heads, T, D).
   const torch::Tensor q = torch::empty({batch, seq_len, o.n_heads(), D}, on).transpose(1, 2);
   const torch::Tensor kv = torch::empty({batch, seq_len, o.kv_heads(), D}, on).transpose(1, 2);
-  const int64_t choice =
-      at::_fused_sdp_choice(q, kv, kv, std::nullopt, /*dropout_p=*/0.0, /*is_causal=*/true,
-                            1.0 / std::sqrt(static_cast<double>(D)), o.kv_heads() != o.n_heads());
+  // An underscore operator (docs/dependencies.md): a LibTorch that changes or refuses it costs
+  // the log its backend's name, never the run.
+  int64_t choice = -1;
+  try {
+    choice =
+        at::_fused_sdp_choice(q, kv, kv, std::nullopt, /*dropout_p=*/0.0, /*is_causal=*/true,
+                              1.0 / std::sqrt(static_cast<double>(D)), o.kv_heads() != o.n_heads());
+  } catch (const std::exception&) {
+    return "unknown (LibTorch's _fused_sdp_choice refused this shape)";
+  }
   switch (static_cast<at::SDPBackend>(choice)) {
     case at::SDPBackend::flash_attention: return "flash";
     case at::SDPBackend::cudnn_attention: return "cudnn";

@@ -5,7 +5,8 @@
 //            tokens x d_model), on one GPU. Without a CUDA device it says so and exits 0.
 //   --cpu    the CPU kernels, fp32, on ATen's threads: fused::rms_norm against at::rms_norm
 //            over (batch, tokens, d_model), and fused::rope against x cos + rotate(x) sin over
-//            (batch, tokens, heads, d_model / heads).
+//            (batch, tokens, heads, d_model / heads); and fused::linear (oneDNN's matmul where
+//            it runs) against torch::linear at the model's five linear shapes.
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
@@ -36,16 +37,17 @@ double time_ms(const std::function<void()>& fn, int reps, bool cuda = true) {
 }
 
 // fused::rms_norm and fused::rope against ATen's ops, fp32 on the CPU; one line each.
-void bench_cpu(int64_t batch, int64_t tokens, int64_t d_model, int64_t heads, int reps) {
+void bench_cpu(int64_t batch, int64_t tokens, int64_t d_model, int64_t heads, int64_t d_ff,
+               int64_t vocab, int reps) {
   const int64_t hd = d_model / heads, h = hd / 2;
   std::printf(
       "normlab CPU kernels against ATen, fp32, forward + backward, median of %d, %d threads\n",
       reps, torch::get_num_threads());
-  std::printf("  %-34s %10s %10s %7s\n", "op (shape)", "ATen ms", "normlab ms", "ratio");
+  std::printf("  %-42s %10s %10s %7s\n", "op (shape)", "ATen ms", "normlab ms", "ratio");
   const auto row = [&](const char* name, const std::function<void()>& aten,
                        const std::function<void()>& ours) {
     const double a = time_ms(aten, reps, false), o = time_ms(ours, reps, false);
-    std::printf("  %-34s %10.3f %10.3f %6.2fx\n", name, a, o, a / o);
+    std::printf("  %-42s %10.3f %10.3f %6.2fx\n", name, a, o, a / o);
   };
   const torch::Tensor x = torch::randn({batch, tokens, d_model}).requires_grad_();
   const torch::Tensor w = torch::randn({d_model}).requires_grad_();
@@ -68,6 +70,26 @@ void bench_cpu(int64_t batch, int64_t tokens, int64_t d_model, int64_t heads, in
     (q * c + rot * s).backward(gq);
   };
   row(name, rope_aten, [&] { normlab::fused::rope(q, cos, sin).backward(gq); });
+  // The model's linear layers: fused::linear (oneDNN's matmul where it runs, else ATen's) against
+  // torch::linear; the input and the weight take gradients, as in training.
+  const torch::Tensor in = torch::randn({batch * tokens, d_model}).requires_grad_();
+  const torch::Tensor hidden = torch::randn({batch * tokens, d_ff}).requires_grad_();
+  for (const auto& [what, x_in, out_features] :
+       {std::tuple{"q, k, v", in, 3 * d_model}, std::tuple{"attention out", in, d_model},
+        std::tuple{"SwiGLU up", in, 2 * d_ff}, std::tuple{"SwiGLU down", hidden, d_model},
+        std::tuple{"LM head", in, vocab}}) {
+    const torch::Tensor wl = (torch::randn({out_features, x_in.size(1)}) * 0.02).requires_grad_();
+    const torch::Tensor gy = torch::randn({x_in.size(0), out_features});
+    std::snprintf(name, sizeof name, "linear %s (%lld x %lld) -> %lld", what,
+                  static_cast<long long>(x_in.size(0)), static_cast<long long>(x_in.size(1)),
+                  static_cast<long long>(out_features));
+    row(
+        name, [&] { torch::linear(x_in, wl).backward(gy); },
+        [&] { normlab::fused::linear(x_in, wl).backward(gy); });
+  }
+  std::printf("  (linear through %s here)\n", normlab::fused::onednn_linear_available()
+                                                  ? "oneDNN"
+                                                  : "ATen: the same op both sides");
 }
 
 }  // namespace
@@ -80,23 +102,25 @@ int main(int argc, char** argv) {
   app.add_option("--cols", cols, "columns (d_model)")->capture_default_str();
   app.add_option("--reps", reps, "timed repetitions (median)")->capture_default_str();
   bool cpu = false;
-  int64_t batch = 8, tokens = 256, d_model = 512, heads = 8;
+  int64_t batch = 8, tokens = 256, d_model = 512, heads = 8, d_ff = 1376, vocab = 4096;
   app.add_flag("--cpu", cpu, "the CPU kernels (RMSNorm, RoPE) instead of the CUDA one");
   app.add_option("--batch", batch, "--cpu: batch")->capture_default_str();
   app.add_option("--tokens", tokens, "--cpu: tokens per sequence")->capture_default_str();
   app.add_option("--d-model", d_model, "--cpu: d_model")->capture_default_str();
   app.add_option("--heads", heads, "--cpu: attention heads (RoPE)")->capture_default_str();
+  app.add_option("--d-ff", d_ff, "--cpu: SwiGLU width")->capture_default_str();
+  app.add_option("--vocab", vocab, "--cpu: vocabulary (the LM head)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (cpu) {
     if (batch < 1 || tokens < 1 || heads < 1 || d_model % heads != 0 ||
         (d_model / heads) % 2 != 0) {
       std::fprintf(stderr,
                    "normlab-bench-kernels: --d-model %lld must split into --heads %lld of an "
-                   "even size, and --batch and --tokens must be positive\n",
+                   "even size, and --batch, --tokens, --d-ff and --vocab must be positive\n",
                    static_cast<long long>(d_model), static_cast<long long>(heads));
       return 2;
     }
-    bench_cpu(batch, tokens, d_model, heads, reps);
+    bench_cpu(batch, tokens, d_model, heads, d_ff, vocab, reps);
     return 0;
   }
   if (!torch::cuda::is_available()) {

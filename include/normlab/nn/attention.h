@@ -45,7 +45,8 @@ AttentionOptions attention_options(const ModelConfig& cfg, torch::Device device)
 /// `batch` sequences of `seq_len` tokens in `dtype` on options.device(): "flash", "cudnn",
 /// "efficient" (memory-efficient), "math" (the unfused composition) or "overrideable". Asks
 /// LibTorch's own dispatcher (at::_fused_sdp_choice) on tensors of the model's shapes, so it
-/// names the kernel the runs use, not one assumed from the device.
+/// names the kernel the runs use, not one assumed from the device; "unknown (...)" where
+/// LibTorch refuses that query (the run goes on).
 std::string attention_backend(const AttentionOptions& options, int64_t batch, int64_t seq_len,
                               torch::ScalarType dtype);
 
