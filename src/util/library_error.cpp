@@ -7,11 +7,13 @@
 
 namespace normlab {
 
-LibraryError::LibraryError(std::string doing, std::string message, std::string backtrace)
+LibraryError::LibraryError(std::string doing, std::string message, std::string backtrace,
+                           bool from_torch)
     : Error(doing.empty() ? message : doing + ": " + message),
       doing_(std::move(doing)),
       message_(std::move(message)),
-      backtrace_(std::move(backtrace)) {}
+      backtrace_(std::move(backtrace)),
+      from_torch_(from_torch) {}
 
 std::string one_line(const std::string& text) {
   std::istringstream in(text);
@@ -30,9 +32,13 @@ void rethrow_with_context(const std::string& doing) {
     throw;
   } catch (const LibraryError& e) {
     throw LibraryError(e.doing().empty() ? doing : doing + ", " + e.doing(), e.message(),
-                       e.backtrace());
+                       e.backtrace(), e.from_torch());
   } catch (const c10::Error& e) {
     throw LibraryError(doing, one_line(e.what_without_backtrace()), e.what());
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw LibraryError(doing, one_line(e.what()), e.what(), /*from_torch=*/false);
   }
 }
 

@@ -8,7 +8,8 @@
 # explicit bf16 warns with the size of the slowdown; and a LibTorch error forced in the forward
 # of a block (NORMLAB_FAULT=torch_error:blocks:L) reaches the user as one line naming the step
 # and the block, exit code 1, its C++ backtrace in train.log and on the terminal only with
-# TORCH_SHOW_CPP_STACKTRACES=1, in train and in eval. Seconds.
+# TORCH_SHOW_CPP_STACKTRACES=1, in train and in eval; so does an exception that is not LibTorch's
+# (NORMLAB_FAULT=std_error:blocks:L), as an "unexpected" error. Seconds.
 # Usage: cpu_class.sh NORMLAB SOURCE_DIR CORPUS_DIR PYTHON WORK_DIR
 set -euo pipefail
 normlab=$1 src=$2 kjv=$3 work=$5
@@ -81,6 +82,18 @@ TORCH_SHOW_CPP_STACKTRACES=1 NORMLAB_FAULT=torch_error:blocks:0 "$normlab" train
 grep -q "^normlab train: LibTorch error: training step 1, forward of blocks.0: " "$work/fault_shown.out" || fail "shown: no error line"
 grep -Eq "frame #|Exception raised from" "$work/fault_shown.out" || fail "TORCH_SHOW_CPP_STACKTRACES=1 shows no backtrace"
 
+# An exception that is not LibTorch's (a std::runtime_error of two lines) in the same place: the
+# same one line with its context, as an "unexpected" error, and its text in train.log.
+rc=0
+NORMLAB_FAULT=std_error:blocks:1 "$normlab" train "${tiny[@]}" --set train.steps=2 --out "$work/std_fault" \
+  > "$work/std_fault.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] || { cat "$work/std_fault.out"; fail "train with a std::runtime_error exited $rc, want 1"; }
+tail -n 1 "$work/std_fault.out" | grep -qx "normlab train: unexpected error: training step 1, forward of blocks.1: a std::runtime_error forced by NORMLAB_FAULT=std_error:blocks:1; its second line" \
+  || { cat "$work/std_fault.out"; fail "the std::runtime_error is not one line with its context"; }
+[ "$(grep -c "its second line" "$work/std_fault.out")" = 1 ] || { cat "$work/std_fault.out"; fail "the std::runtime_error spans lines"; }
+grep -q "unexpected error in training step 1, forward of blocks.1: a std::runtime_error" "$work/std_fault/train.log" \
+  || fail "train.log does not hold the unexpected error"
+
 # eval of a trained model, the same error in its forward.
 rc=0
 NORMLAB_FAULT=torch_error:blocks:0 "$normlab" eval --checkpoint "$work/own" --data "$kjv/shards" --batches 1 \
@@ -88,4 +101,10 @@ NORMLAB_FAULT=torch_error:blocks:0 "$normlab" eval --checkpoint "$work/own" --da
 [ "$rc" = 1 ] || { cat "$work/eval_fault.out"; fail "eval with a LibTorch error exited $rc, want 1"; }
 one_error_line "$work/eval_fault.out" \
   "^normlab eval: LibTorch error: evaluation of $kjv/shards, forward of blocks.0: a LibTorch error forced by NORMLAB_FAULT=torch_error:blocks:0$"
+rc=0
+NORMLAB_FAULT=std_error:blocks:0 "$normlab" eval --checkpoint "$work/own" --data "$kjv/shards" --batches 1 \
+  > "$work/eval_std_fault.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] || { cat "$work/eval_std_fault.out"; fail "eval with a std::runtime_error exited $rc, want 1"; }
+tail -n 1 "$work/eval_std_fault.out" | grep -qx "normlab eval: unexpected error: evaluation of $kjv/shards, forward of blocks.0: a std::runtime_error forced by NORMLAB_FAULT=std_error:blocks:0; its second line" \
+  || { cat "$work/eval_std_fault.out"; fail "eval: the std::runtime_error is not one line with its context"; }
 echo PASS

@@ -144,8 +144,10 @@ Runner setup_train(CLI::App& sub) {
     } catch (const std::exception& e) {
       // A LibTorch error: one line for the user (main prints it), its backtrace in train.log.
       if (const auto* le = dynamic_cast<const LibraryError*>(&e))
-        log.error_to_file("LibTorch error in " + le->doing() + ", with its backtrace:\n" +
-                          le->backtrace());
+        log.error_to_file(le->from_torch()
+                              ? "LibTorch error in " + le->doing() + ", with its backtrace:\n" +
+                                    le->backtrace()
+                              : "unexpected error in " + le->doing() + ": " + le->backtrace());
       if (env.world == 1) throw;
       // One rank failing must end the job: exit without finalizing the engine (a finalize would
       // wait for peers that are blocked in a collective); the launcher stops the others.

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <sstream>
+#include <stdexcept>
 #include <vector>
 
 #include "normlab/nn/model.h"
@@ -17,7 +18,7 @@ namespace {
 constexpr const char* kForms =
     "abort_after_bytes:checkpoint:N, abort_after_bytes:export:N, raise_at_step:SIGNAL:N or "
     "raise_in_parent_at_step:SIGNAL:N, with SIGNAL one of SIGINT, SIGTERM, SIGKILL, SIGSEGV, "
-    "SIGABRT, or torch_error:blocks:L";
+    "SIGABRT, torch_error:blocks:L or std_error:blocks:L";
 
 [[noreturn]] void bad(const std::string& value, const std::string& why) {
   throw ConfigError("NORMLAB_FAULT='" + value + "': " + why + " (test-only fault injection; " +
@@ -67,9 +68,9 @@ Fault parse_fault(const std::string& value) {
     f.step = static_cast<int64_t>(number(value, parts[2], 1));
     return f;
   }
-  if (parts[0] == "torch_error") {
+  if (parts[0] == "torch_error" || parts[0] == "std_error") {
     if (parts[1] != "blocks") bad(value, "unknown place '" + parts[1] + "' (blocks)");
-    f.kind = Fault::Kind::TorchError;
+    f.kind = parts[0] == "torch_error" ? Fault::Kind::TorchError : Fault::Kind::StdError;
     f.block = static_cast<int64_t>(number(value, parts[2], 0));
     return f;
   }
@@ -104,10 +105,13 @@ std::function<void(int64_t)> step_fault(const Fault& fault, std::function<void(i
 
 namespace {
 
-class TorchErrorInBlock : public ForwardHooks {
+class ErrorInBlock : public ForwardHooks {
  public:
-  explicit TorchErrorInBlock(int64_t block) : block_(block) {}
+  ErrorInBlock(int64_t block, bool torch) : block_(block), torch_(torch) {}
   Streams run_block(size_t layer, SchemeBlockImpl& block, const Streams& in) override {
+    if (static_cast<int64_t>(layer) == block_ && !torch_)  // two lines, as some what()s are
+      throw std::runtime_error("a std::runtime_error forced by NORMLAB_FAULT=std_error:blocks:" +
+                               std::to_string(block_) + "\n  its second line");
     TORCH_CHECK(static_cast<int64_t>(layer) != block_,
                 "a LibTorch error forced by NORMLAB_FAULT=torch_error:blocks:", block_);
     return block.forward(in);
@@ -115,13 +119,14 @@ class TorchErrorInBlock : public ForwardHooks {
 
  private:
   int64_t block_;
+  bool torch_;
 };
 
 }  // namespace
 
 std::unique_ptr<ForwardHooks> forward_fault(const Fault& fault) {
-  if (fault.kind != Fault::Kind::TorchError) return nullptr;
-  return std::make_unique<TorchErrorInBlock>(fault.block);
+  if (fault.kind != Fault::Kind::TorchError && fault.kind != Fault::Kind::StdError) return nullptr;
+  return std::make_unique<ErrorInBlock>(fault.block, fault.kind == Fault::Kind::TorchError);
 }
 
 }  // namespace normlab::cli

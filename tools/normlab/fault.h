@@ -14,6 +14,8 @@
 //   torch_error:blocks:L                a LibTorch error (c10::Error, with its C++ backtrace)
 //                                       thrown in the forward of blocks.L (normlab train and
 //                                       eval), as an unexpected one from LibTorch would be
+//   std_error:blocks:L                  the same with a std::runtime_error of two lines (an
+//                                       exception that is not LibTorch's)
 //
 // Unset or empty: no fault. Anything else stops every command with a ConfigError naming the
 // variable and the value.
@@ -33,14 +35,14 @@ class ForwardHooks;  // nn/model.h
 namespace normlab::cli {
 
 struct Fault {
-  enum class Kind { None, AbortAfterBytes, RaiseAtStep, TorchError };
+  enum class Kind { None, AbortAfterBytes, RaiseAtStep, TorchError, StdError };
   Kind kind = Kind::None;
   std::string writer;   // AbortAfterBytes: "checkpoint" or "export"
   uint64_t bytes = 0;   // AbortAfterBytes
   int signal = 0;       // RaiseAtStep
   bool parent = false;  // RaiseAtStep: in the parent process
   int64_t step = 0;     // RaiseAtStep
-  int64_t block = 0;    // TorchError
+  int64_t block = 0;    // TorchError, StdError
 };
 
 /// Parses a value of NORMLAB_FAULT; throws ConfigError naming the variable and the value.
@@ -57,8 +59,9 @@ std::unique_ptr<WriteFault> write_fault(const Fault& fault, const std::string& w
 /// the calling thread would never reach); the others are raised in the calling thread.
 std::function<void(int64_t)> step_fault(const Fault& fault, std::function<void(int)> raise_stop);
 
-/// ForwardHooks that throw a c10::Error in the forward of the fault's block (TrainOptions::
-/// forward_hooks, DecoderLM::hooks) for a TorchError fault; null otherwise.
+/// ForwardHooks that throw in the forward of the fault's block (TrainOptions::forward_hooks,
+/// DecoderLM::hooks): a c10::Error for a TorchError fault, a std::runtime_error for a StdError
+/// one; null otherwise.
 std::unique_ptr<ForwardHooks> forward_fault(const Fault& fault);
 
 }  // namespace normlab::cli

@@ -111,8 +111,9 @@ int main(int argc, char** argv) {
                 << ": LibTorch error: " << normlab::one_line(e.what_without_backtrace()) << "\n";
       if (show_backtraces()) std::cerr << e.what() << "\n";
       return 1;
-    } catch (const std::exception& e) {
-      std::cerr << "normlab " << sub->get_name() << ": error: " << e.what() << "\n";
+    } catch (const std::exception& e) {  // from anywhere normlab named no context
+      std::cerr << "normlab " << sub->get_name() << ": error: " << normlab::one_line(e.what())
+                << "\n";
       return 1;
     }
   }

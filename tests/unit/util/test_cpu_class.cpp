@@ -110,7 +110,27 @@ TEST(LibraryError, AC10ErrorBecomesOneLineWithItsContext) {
   }
 }
 
-TEST(LibraryError, OtherErrorsPassUnchanged) {
+TEST(LibraryError, AnotherStdExceptionGetsTheContextAsAnUnexpectedError) {
+  try {
+    try {
+      try {
+        throw std::invalid_argument("bad index\n  at the second line");
+      } catch (...) {
+        rethrow_with_context("forward of blocks.1");
+      }
+    } catch (...) {
+      rethrow_with_context("training step 2");
+    }
+    FAIL() << "nothing thrown";
+  } catch (const LibraryError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "training step 2, forward of blocks.1: bad index; at the second line");
+    EXPECT_STREQ(e.kind(), "unexpected");
+    EXPECT_FALSE(e.from_torch());
+  }
+}
+
+TEST(LibraryError, NormlabsOwnErrorsAndNonStdExceptionsPassUnchanged) {
   EXPECT_THROW(
       {
         try {
@@ -123,12 +143,12 @@ TEST(LibraryError, OtherErrorsPassUnchanged) {
   EXPECT_THROW(
       {
         try {
-          throw std::invalid_argument("x");
+          throw 42;
         } catch (...) {
           rethrow_with_context("training step 1");
         }
       },
-      std::invalid_argument);
+      int);
   EXPECT_EQ(one_line("  a \n\n b\r\n"), "a; b");
 }
 
