@@ -142,10 +142,11 @@ std::string CpuClass::describe() const {
 
 std::string bf16_emulation_cost(const CpuClass& cpu) {
   if (!cpu.bf16.empty()) return "";
-  // docs/setup.md, "CPU classes": 4x to 14x at oneDNN AVX512_CORE and 95x to 230x below it
-  // (512^3, a Xeon with AMX lowered), 600x at 2048^3 on a real AVX2 EPYC.
+  // docs/setup.md, "CPU classes": 4x to 14x at oneDNN AVX512_CORE; below it 95x to 218x at
+  // AVX2 and 34x to 231x at SSE41 (512^3, a Xeon with AMX lowered), 600x at 2048^3 on a real
+  // AVX2 EPYC.
   return at_least(cpu.onednn, "AVX512_CORE") ? "4x to 14x slower than fp32 in matmuls"
-                                             : "100x to 600x slower than fp32 in matmuls";
+                                             : "30x to 600x slower than fp32 in matmuls";
 }
 
 }  // namespace normlab

@@ -45,7 +45,7 @@ CpuClass cpu_class(const std::string& onednn_max_isa = "");
 bool onednn_matmul_usable();
 
 /// The matmul slowdown of bf16 against fp32 on a CPU without native bf16, as a phrase for
-/// warnings, as measured (docs/setup.md, "CPU classes"): "100x to 600x slower than fp32 in
+/// warnings, as measured (docs/setup.md, "CPU classes"): "30x to 600x slower than fp32 in
 /// matmuls" when oneDNN runs below AVX512_CORE, "4x to 14x slower ..." at AVX512_CORE; "" where
 /// bf16 is native.
 std::string bf16_emulation_cost(const CpuClass& cpu);
