@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "normlab/nn/autocast.h"
+#include "normlab/util/library_error.h"
 
 namespace normlab {
 namespace {
@@ -64,6 +65,14 @@ AttentionImpl::AttentionImpl(const AttentionOptions& options_) : options(options
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
+  try {
+    return attend(x);
+  } catch (...) {
+    rethrow_with_context(".attn");  // "forward of blocks.L.attn" inside the model
+  }
+}
+
+torch::Tensor AttentionImpl::attend(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1);
   const int64_t H = options.n_heads(), Hk = options.kv_heads(), D = options.head_dim();
 

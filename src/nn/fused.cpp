@@ -251,10 +251,17 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight) {
   // unwritten (Fused.LinearOfNoRowsHasAZeroWeightGradient). Under CPU autocast ATen's linear
   // runs too: autocast casts its operands to bf16 (the call below would bypass the dispatcher,
   // and with it autocast, and compute in fp32).
+  // A weight that is not a matrix takes ATen's path too (ATen's linear takes a vector).
   if (x.is_cpu() && x.scalar_type() == torch::kFloat && weight.scalar_type() == torch::kFloat &&
-      weight.is_cpu() && x.numel() > 0 && !at::autocast::is_autocast_enabled(at::kCPU) &&
-      onednn_linear_available())
+      weight.is_cpu() && weight.dim() == 2 && x.numel() > 0 &&
+      !at::autocast::is_autocast_enabled(at::kCPU) && onednn_linear_available()) {
+    // ATen's linear checks the shapes before its GEMM; oneDNN would only say that it "could
+    // not create a primitive descriptor".
+    TORCH_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1),
+                "linear: the input's last dimension must equal the weight's second: input ",
+                x.sizes(), ", weight ", weight.sizes());
     return LinearFn::apply(x, weight);
+  }
 #endif
   return torch::linear(x, weight);
 }

@@ -9,7 +9,7 @@ namespace normlab {
 
 LibraryError::LibraryError(std::string doing, std::string message, std::string backtrace,
                            bool from_torch)
-    : Error(doing.empty() ? message : doing + ": " + message),
+    : Error(doing.empty() ? message : (doing[0] == '.' ? doing.substr(1) : doing) + ": " + message),
       doing_(std::move(doing)),
       message_(std::move(message)),
       backtrace_(std::move(backtrace)),
@@ -31,8 +31,12 @@ void rethrow_with_context(const std::string& doing) {
   try {
     throw;
   } catch (const LibraryError& e) {
-    throw LibraryError(e.doing().empty() ? doing : doing + ", " + e.doing(), e.message(),
-                       e.backtrace(), e.from_torch());
+    // A sub-module's context (".attn") continues its parent's name: "forward of blocks.0.attn".
+    const std::string& inner = e.doing();
+    throw LibraryError(inner.empty()     ? doing
+                       : inner[0] == '.' ? doing + inner
+                                         : doing + ", " + inner,
+                       e.message(), e.backtrace(), e.from_torch());
   } catch (const c10::Error& e) {
     throw LibraryError(doing, one_line(e.what_without_backtrace()), e.what());
   } catch (const Error&) {

@@ -67,7 +67,8 @@ class AttentionImpl : public torch::nn::Module {
   std::shared_ptr<KVSlot> cache;
 
  private:
-  RopeTables rope_;  // cached for the last (T, device, dtype) seen
+  torch::Tensor attend(const torch::Tensor& x);  // forward, without its error context
+  RopeTables rope_;                              // cached for the last (T, device, dtype) seen
 };
 TORCH_MODULE(Attention);
 

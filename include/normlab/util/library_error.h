@@ -12,6 +12,8 @@
 //     rethrow_with_context("forward of blocks." + std::to_string(l));
 //   }
 //
+// and the branches inside a block add their own names (".attn", ".mlp").
+//
 // Nothing is added to the path that does not throw.
 #pragma once
 
@@ -45,7 +47,8 @@ class LibraryError : public Error {
 /// normlab's own Errors (std::bad_alloc, a standard library's out_of_range, ...), its what()
 /// folded to one line; a LibraryError gets `doing` in front of its context ("training step 3" +
 /// "forward of blocks.0"); normlab's own errors, and anything not a std::exception, are
-/// rethrown unchanged.
+/// rethrown unchanged. A `doing` that starts with '.' names a sub-module and continues the
+/// context around it: ".attn" inside "forward of blocks.0" reads "forward of blocks.0.attn".
 [[noreturn]] void rethrow_with_context(const std::string& doing);
 
 /// One line of a message: its lines joined with "; ", blank ones dropped.

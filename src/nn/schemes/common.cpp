@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "nn/schemes/schemes.h"
+#include "normlab/util/library_error.h"
 
 namespace normlab::schemes {
 
@@ -21,6 +22,14 @@ std::function<torch::Tensor(const Streams&)> final_norm_exit(const ModelConfig& 
                                                              torch::Device device) {
   Norm n = add_norm(owner, "final_norm", cfg, device);
   return [n](const Streams& s) mutable { return n(s.x); };
+}
+
+torch::Tensor FeedForward::operator()(const torch::Tensor& x) {
+  try {
+    return moe ? moe(x) : dense(x);
+  } catch (...) {
+    rethrow_with_context(".mlp");
+  }
 }
 
 Branches add_branches(torch::nn::Module& m, const ModelConfig& cfg, int64_t layer,

@@ -43,7 +43,8 @@ Norm add_norm(torch::nn::Module& m, const std::string& name, const ModelConfig& 
 struct FeedForward {
   Mlp dense{nullptr};
   Moe moe{nullptr};
-  torch::Tensor operator()(const torch::Tensor& x) { return moe ? moe(x) : dense(x); }
+  /// An error inside names the branch: "forward of blocks.L.mlp".
+  torch::Tensor operator()(const torch::Tensor& x);
   /// Multiplies the output-path matrices (the MLP's, or every expert's, up and down; not the
   /// router) by `beta` in place: DeepNorm's init scaling.
   void scale_(double beta);

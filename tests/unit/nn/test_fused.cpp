@@ -85,6 +85,16 @@ TEST(Fused, KernelsRunOnAtensThreads) {
   EXPECT_EQ(alone, 1);
 }
 
+// Mismatched shapes are a c10::Error on either path (oneDNN's own error would be a dnnl::error
+// that says only "could not create a primitive descriptor").
+TEST(Fused, LinearRefusesMismatchedShapesAsLibTorchDoes) {
+  EXPECT_THROW(fused::linear(torch::randn({4, 16}), torch::randn({3, 5})), c10::Error);
+  EXPECT_THROW(fused::linear(torch::randn({2, 4, 16}), torch::randn({8, 15})), c10::Error);
+  // A vector weight is ATen's matrix-vector product on every path.
+  EXPECT_EQ(fused::linear(torch::randn({2, 4, 16}), torch::randn({16})).sizes(),
+            torch::IntArrayRef({2, 4}));
+}
+
 TEST(Fused, LinearMatchesATenLinear) {
   torch::manual_seed(4);
   const torch::Tensor x = torch::randn({3, 17, 48}).requires_grad_();

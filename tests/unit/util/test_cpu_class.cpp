@@ -220,3 +220,50 @@ TEST(LibraryError, TheModelNamesTheBlockWhoseForwardFailed) {
     EXPECT_EQ(e.message(), "forced");
   }
 }
+
+// A real LibTorch error inside a branch (a weight of the wrong shape) names the branch too, in
+// every scheme's block: "forward of blocks.1.attn", "forward of blocks.1.mlp".
+TEST(LibraryError, TheModelNamesTheBranchWhoseForwardFailed) {
+  for (const auto& [value, scheme] : EnumNames<Scheme>::rows) {
+    for (const std::string branch : {"attn", "mlp"}) {
+      ModelConfig cfg;
+      cfg.scheme = value;
+      cfg.vocab_size = 32;
+      cfg.d_model = 16;
+      cfg.n_layers = 3;
+      cfg.n_heads = 2;
+      cfg.d_ff = 32;
+      DecoderLM model(cfg);
+      const std::string prefix = "blocks.1." + branch + ".";
+      bool broken = false;
+      for (auto& p : model->named_parameters()) {
+        if (p.key().rfind(prefix, 0) == 0 && p.value().dim() == 2 && !broken) {
+          torch::NoGradGuard g;
+          p.value().set_data(torch::zeros({3, 5}));
+          broken = true;
+        }
+      }
+      ASSERT_TRUE(broken) << scheme << ": no matrix under " << prefix;
+      try {
+        model->forward(torch::zeros({1, 4}, torch::kLong));
+        ADD_FAILURE() << scheme << " " << branch << ": nothing thrown";
+      } catch (const LibraryError& e) {
+        EXPECT_EQ(e.doing(), "forward of blocks.1." + branch) << scheme;
+        EXPECT_STREQ(e.kind(), "LibTorch") << e.what();
+        EXPECT_THAT(std::string(e.what()), HasSubstr("forward of blocks.1." + branch + ": "));
+      }
+    }
+  }
+}
+
+TEST(LibraryError, ASubModulesContextAloneReadsWithoutItsDot) {
+  try {
+    try {
+      TORCH_CHECK(false, "bad");
+    } catch (...) {
+      rethrow_with_context(".attn");
+    }
+  } catch (const LibraryError& e) {
+    EXPECT_EQ(std::string(e.what()), "attn: bad");
+  }
+}
