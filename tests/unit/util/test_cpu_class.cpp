@@ -15,6 +15,7 @@
 #include "normlab/nn/model.h"
 #include "normlab/util/cpu_class.h"
 #include "normlab/util/library_error.h"
+#include "support.h"
 
 using namespace normlab;
 using testing::AnyOf;
@@ -226,14 +227,7 @@ TEST(LibraryError, TheModelNamesTheBlockWhoseForwardFailed) {
 TEST(LibraryError, TheModelNamesTheBranchWhoseForwardFailed) {
   for (const auto& [value, scheme] : EnumNames<Scheme>::rows) {
     for (const std::string branch : {"attn", "mlp"}) {
-      ModelConfig cfg;
-      cfg.scheme = value;
-      cfg.vocab_size = 32;
-      cfg.d_model = 16;
-      cfg.n_layers = 3;
-      cfg.n_heads = 2;
-      cfg.d_ff = 32;
-      DecoderLM model(cfg);
+      DecoderLM model(test::tiny_config(value));  // two blocks
       const std::string prefix = "blocks.1." + branch + ".";
       bool broken = false;
       for (auto& p : model->named_parameters()) {
