@@ -85,36 +85,35 @@ message(STATUS "normlab: oneDNN matmul from LibTorch: ${NORMLAB_HAVE_ONEDNN_MATM
 # itself runs on OpenMP (ATen/Config.h: AT_PARALLEL_OPENMP 1), and links the same libgomp
 # (one soname, so one thread pool in the process).
 set(NORMLAB_KERNELS_OPENMP OFF)
-foreach(_dir ${TORCH_INCLUDE_DIRS})
-  if(EXISTS ${_dir}/ATen/Config.h)
-    file(STRINGS ${_dir}/ATen/Config.h _at_openmp REGEX "^#define AT_PARALLEL_OPENMP 1")
-    if(_at_openmp AND NOT CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
-      # Another compiler's OpenMP calls its own runtime (clang: libomp), not the libgomp that
-      # LibTorch's threads belong to.
-      message(WARNING "normlab: LibTorch runs on GNU OpenMP (libgomp) and ${CMAKE_CXX_COMPILER_ID} "
-        "compiles for another runtime: normlab's CPU kernels (RMSNorm, RoPE) will run on one thread")
-    elseif(_at_openmp)
-      find_package(OpenMP COMPONENTS CXX)
-      # LibTorch's own libgomp where its package carries one (the pip wheel does), so that the
-      # link names the library the process loads; else the compiler's.
-      find_library(NORMLAB_TORCH_GOMP NAMES libgomp.so.1 gomp PATHS ${NORMLAB_TORCH_PREFIX}/lib
-                   NO_DEFAULT_PATH)
-      if(NOT NORMLAB_TORCH_GOMP AND EXISTS ${NORMLAB_TORCH_PREFIX}/lib/libiomp5.so)
-        message(WARNING "normlab: this LibTorch carries Intel's OpenMP (libiomp5), not libgomp: "
-          "normlab's CPU kernels (RMSNorm, RoPE) will run on one thread")
-      elseif(OpenMP_CXX_FOUND)
-        set(NORMLAB_KERNELS_OPENMP ON)
-        if(NORMLAB_TORCH_GOMP)
-          set(NORMLAB_GOMP_LIBRARY ${NORMLAB_TORCH_GOMP})
-        else()
-          set(NORMLAB_GOMP_LIBRARY ${OpenMP_CXX_LIBRARIES})
-        endif()
-      else()
-        message(WARNING "normlab: LibTorch runs on OpenMP but this compiler offers none: "
-          "normlab's CPU kernels (RMSNorm, RoPE) will run on one thread")
-      endif()
+find_file(NORMLAB_ATEN_CONFIG ATen/Config.h PATHS ${TORCH_INCLUDE_DIRS} NO_DEFAULT_PATH)
+if(NORMLAB_ATEN_CONFIG)
+  file(STRINGS ${NORMLAB_ATEN_CONFIG} _at_openmp REGEX "^#define AT_PARALLEL_OPENMP 1")
+endif()
+# LibTorch's own libgomp where its package carries one (the pip wheel does), so that the link
+# names the library the process loads; else the compiler's.
+find_library(NORMLAB_TORCH_GOMP NAMES libgomp.so.1 gomp PATHS ${NORMLAB_TORCH_PREFIX}/lib
+             NO_DEFAULT_PATH)
+set(_one_thread "normlab's CPU kernels (RMSNorm, RoPE) will run on one thread")
+if(NOT _at_openmp)
+  # LibTorch without OpenMP: at::parallel_for is its own, and needs no flag.
+elseif(NOT CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  # Another compiler's OpenMP calls its own runtime (clang: libomp), not LibTorch's libgomp.
+  message(WARNING "normlab: LibTorch runs on GNU OpenMP (libgomp) and ${CMAKE_CXX_COMPILER_ID} "
+    "compiles for another runtime: ${_one_thread}")
+elseif(NOT NORMLAB_TORCH_GOMP AND EXISTS ${NORMLAB_TORCH_PREFIX}/lib/libiomp5.so)
+  message(WARNING "normlab: this LibTorch carries Intel's OpenMP (libiomp5), not libgomp: "
+    "${_one_thread}")
+else()
+  find_package(OpenMP COMPONENTS CXX)
+  if(OpenMP_CXX_FOUND)
+    set(NORMLAB_KERNELS_OPENMP ON)
+    if(NORMLAB_TORCH_GOMP)
+      set(NORMLAB_GOMP_LIBRARY ${NORMLAB_TORCH_GOMP})
+    else()
+      set(NORMLAB_GOMP_LIBRARY ${OpenMP_CXX_LIBRARIES})
     endif()
-    break()
+  else()
+    message(WARNING "normlab: LibTorch runs on OpenMP but this compiler offers none: ${_one_thread}")
   endif()
-endforeach()
+endif()
 message(STATUS "normlab: CPU kernels on LibTorch's OpenMP threads: ${NORMLAB_KERNELS_OPENMP}")

@@ -109,11 +109,11 @@ class ErrorInBlock : public ForwardHooks {
  public:
   ErrorInBlock(int64_t block, bool torch) : block_(block), torch_(torch) {}
   Streams run_block(size_t layer, SchemeBlockImpl& block, const Streams& in) override {
-    if (static_cast<int64_t>(layer) == block_ && !torch_)  // two lines, as some what()s are
+    if (static_cast<int64_t>(layer) == block_) {
+      TORCH_CHECK(!torch_, "a LibTorch error forced by NORMLAB_FAULT=torch_error:blocks:", block_);
       throw std::runtime_error("a std::runtime_error forced by NORMLAB_FAULT=std_error:blocks:" +
-                               std::to_string(block_) + "\n  its second line");
-    TORCH_CHECK(static_cast<int64_t>(layer) != block_,
-                "a LibTorch error forced by NORMLAB_FAULT=torch_error:blocks:", block_);
+                               std::to_string(block_) + "\n  its second line");  // two lines
+    }
     return block.forward(in);
   }
 
