@@ -45,6 +45,8 @@ set(NORMLAB_SOURCES
   nn/aux_loss.cpp
   nn/attention.cpp
   nn/fused.cpp
+  nn/fused_attention.cpp
+  nn/fused_swiglu.cpp
   nn/experts.cpp
   nn/init.cpp
   nn/kv_cache.cpp

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "normlab/nn/autocast.h"
+#include "normlab/nn/fused.h"
 #include "normlab/util/library_error.h"
 
 namespace normlab {
@@ -25,6 +26,15 @@ bool cpu_reduced_attention_fails(const torch::Tensor& q) {
                        at::autocast::is_autocast_enabled(at::kCPU);
   static const bool lowered = at::get_cpu_capability() != "AVX512";  // fixed for the process
   return reduced && lowered;
+}
+
+// Whether the causal attention of q (B, H, T, D) and k, v (B, Hk, T, D) runs as normlab's
+// products over blocks of queries (fused::causal_attention): on the CPU in float32 or float64,
+// outside autocast, within its bounds (fused.h); SDPA otherwise.
+bool own_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  return !at::autocast::is_autocast_enabled(at::kCPU) && k.scalar_type() == q.scalar_type() &&
+         v.scalar_type() == q.scalar_type() && k.is_cpu() && v.is_cpu() &&
+         fused::causal_attention_fits(q, q, q);
 }
 
 }  // namespace
@@ -119,6 +129,14 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& x) {
       }
     }
   }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  if (causal && !mask.defined() && own_causal_attention(q, k, v)) {
+    const int64_t rep = H / Hk;  // grouped-query heads: kv head h / rep serves query head h
+    const torch::Tensor y =
+        fused::causal_attention(q, rep == 1 ? k : k.repeat_interleave(rep, 1),
+                                rep == 1 ? v : v.repeat_interleave(rep, 1), scale);
+    return out(y.transpose(1, 2).reshape({B, T, H * D}));
+  }
   const bool upcast = cpu_reduced_attention_fails(q);
   std::optional<NoAutocast> fp32;
   if (upcast) fp32.emplace();
@@ -126,8 +144,7 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& x) {
       upcast ? q.to(torch::kFloat) : q, upcast ? k.to(torch::kFloat) : k,
       upcast ? v.to(torch::kFloat) : v,
       mask.defined() ? std::optional<torch::Tensor>(mask) : std::nullopt,
-      /*dropout_p=*/0.0, /*is_causal=*/causal,
-      /*scale=*/1.0 / std::sqrt(static_cast<double>(D)), /*enable_gqa=*/Hk != H);
+      /*dropout_p=*/0.0, /*is_causal=*/causal, scale, /*enable_gqa=*/Hk != H);
   if (upcast) y = y.to(q.scalar_type());
   fp32.reset();
   return out(y.transpose(1, 2).reshape({B, T, H * D}));
@@ -140,6 +157,7 @@ std::string attention_backend(const AttentionOptions& o, int64_t batch, int64_t 
   // As forward lays them out: (B, T, heads, D) viewed as (B, heads, T, D).
   const torch::Tensor q = torch::empty({batch, seq_len, o.n_heads(), D}, on).transpose(1, 2);
   const torch::Tensor kv = torch::empty({batch, seq_len, o.kv_heads(), D}, on).transpose(1, 2);
+  if (own_causal_attention(q, kv, kv)) return "normlab (products over causal blocks)";
   // An underscore operator (docs/dependencies.md): a LibTorch that changes or refuses it costs
   // the log its backend's name, never the run.
   int64_t choice = -1;

@@ -6,6 +6,7 @@
 #include <regex>
 #include <vector>
 
+#include "normlab/nn/fused.h"
 #include "normlab/util/error.h"
 
 namespace normlab {
@@ -57,8 +58,7 @@ void ExpertsImpl::pretty_print(std::ostream& stream) const {
 
 torch::Tensor swiglu_expert(const torch::Tensor& rows, const torch::Tensor& up,
                             const torch::Tensor& down) {
-  const std::vector<torch::Tensor> vg = torch::linear(rows, up).chunk(2, -1);
-  return torch::linear(torch::silu(vg[1]) * vg[0], down);
+  return torch::linear(fused::swiglu(torch::linear(rows, up)), down);
 }
 
 bool has_legacy_experts(const TensorDict& weights) {

@@ -2,6 +2,7 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
@@ -9,6 +10,7 @@
 #include <cmath>
 
 #include "build_config.h"
+#include "lanes.h"
 #include "normlab/util/cpu_class.h"
 
 #if NORMLAB_HAVE_ONEDNN_MATMUL
@@ -30,6 +32,14 @@ int kernel_threads() {
   std::atomic<int> calls{0};
   at::parallel_for(0, 2, 1, [&](int64_t, int64_t) { calls.fetch_add(1); });
   return calls.load();
+}
+
+std::string vector_isa() {
+#if NORMLAB_VECTOR_ISAS
+  const std::string aten = at::get_cpu_capability();
+  if (aten == "AVX512" || aten == "AVX2") return aten;
+#endif
+  return "portable";
 }
 
 bool cpu_fusable(const torch::Tensor& x) {

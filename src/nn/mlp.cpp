@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "normlab/nn/fused.h"
+
 namespace normlab {
 
 MlpImpl::MlpImpl(int64_t d_model, int64_t d_ff, torch::Device device) {
@@ -9,10 +11,7 @@ MlpImpl::MlpImpl(int64_t d_model, int64_t d_ff, torch::Device device) {
   down = register_module("down", Linear(d_ff, d_model, device));
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  const std::vector<torch::Tensor> vg = up(x).chunk(2, /*dim=*/-1);
-  return down(torch::silu(vg[1]) * vg[0]);
-}
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return down(fused::swiglu(up(x))); }
 
 void MlpImpl::pretty_print(std::ostream& stream) const {
   stream << "normlab::Mlp(" << up->weight.size(1) << " -> " << down->weight.size(1) << " -> "

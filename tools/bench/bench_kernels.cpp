@@ -5,13 +5,16 @@
 //            tokens x d_model), on one GPU. Without a CUDA device it says so and exits 0.
 //   --cpu    the CPU kernels, fp32, on ATen's threads: fused::rms_norm against at::rms_norm
 //            over (batch, tokens, d_model), and fused::rope against x cos + rotate(x) sin over
-//            (batch, tokens, heads, d_model / heads); and fused::linear (oneDNN's matmul where
+//            (batch, tokens, heads, d_model / heads), fused::swiglu against silu(g) * v over
+//            (batch, tokens, 2 d_ff), and fused::causal_attention against SDPA (the flash kernel)
+//            over (batch, heads, tokens, d_model / heads); and fused::linear (oneDNN's matmul where
 //            it runs) against torch::linear at the model's five linear shapes.
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 
@@ -36,7 +39,8 @@ double time_ms(const std::function<void()>& fn, int reps, bool cuda = true) {
   return ms[ms.size() / 2];
 }
 
-// fused::rms_norm and fused::rope against ATen's ops, fp32 on the CPU; one line each.
+// fused::rms_norm, fused::rope and fused::swiglu against ATen's ops, fp32 on the CPU; one line
+// each.
 void bench_cpu(int64_t batch, int64_t tokens, int64_t d_model, int64_t heads, int64_t d_ff,
                int64_t vocab, int reps) {
   const int64_t hd = d_model / heads, h = hd / 2;
@@ -70,6 +74,40 @@ void bench_cpu(int64_t batch, int64_t tokens, int64_t d_model, int64_t heads, in
     (q * c + rot * s).backward(gq);
   };
   row(name, rope_aten, [&] { normlab::fused::rope(q, cos, sin).backward(gq); });
+  const torch::Tensor u = torch::randn({batch, tokens, 2 * d_ff}).requires_grad_();
+  const torch::Tensor gh = torch::randn({batch, tokens, d_ff});
+  std::snprintf(name, sizeof name, "SwiGLU (%lld, %lld, 2 x %lld), %s",
+                static_cast<long long>(batch), static_cast<long long>(tokens),
+                static_cast<long long>(d_ff), normlab::fused::vector_isa().c_str());
+  const auto swiglu_aten = [&] {
+    const std::vector<torch::Tensor> vg = u.chunk(2, -1);
+    (torch::silu(vg[1]) * vg[0]).backward(gh);
+  };
+  row(name, swiglu_aten, [&] { normlab::fused::swiglu(u).backward(gh); });
+  // Causal attention over (batch, heads, tokens, head dim) laid out as the model's (batch, tokens,
+  // heads, head dim): SDPA (the flash kernel) against normlab's products over causal blocks.
+  const auto qkv = [&] { return torch::randn({batch, tokens, heads, hd}).requires_grad_(); };
+  const torch::Tensor aq = qkv(), ak = qkv(), av = qkv();
+  const torch::Tensor ga = torch::randn({batch, heads, tokens, hd});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  std::snprintf(name, sizeof name, "causal attention (%lld, %lld, %lld, %lld)",
+                static_cast<long long>(batch), static_cast<long long>(heads),
+                static_cast<long long>(tokens), static_cast<long long>(hd));
+  const auto heads_of = [](const torch::Tensor& t) { return t.transpose(1, 2); };
+  if (normlab::fused::causal_attention_fits(heads_of(aq), heads_of(ak), heads_of(av)))
+    row(
+        name,
+        [&] {
+          at::scaled_dot_product_attention(heads_of(aq), heads_of(ak), heads_of(av), std::nullopt,
+                                           0.0, /*is_causal=*/true, scale)
+              .backward(ga);
+        },
+        [&] {
+          normlab::fused::causal_attention(heads_of(aq), heads_of(ak), heads_of(av), scale)
+              .backward(ga);
+        });
+  else
+    std::printf("  %-42s (past normlab's bounds: SDPA both sides)\n", name);
   // The model's linear layers: fused::linear (oneDNN's matmul where it runs, else ATen's) against
   // torch::linear; the input and the weight take gradients, as in training.
   const torch::Tensor in = torch::randn({batch * tokens, d_model}).requires_grad_();
@@ -103,7 +141,9 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "timed repetitions (median)")->capture_default_str();
   bool cpu = false;
   int64_t batch = 8, tokens = 256, d_model = 512, heads = 8, d_ff = 1376, vocab = 4096;
-  app.add_flag("--cpu", cpu, "the CPU kernels (RMSNorm, RoPE) instead of the CUDA one");
+  app.add_flag(
+      "--cpu", cpu,
+      "the CPU kernels (RMSNorm, RoPE, SwiGLU, attention, linear) instead of the CUDA one");
   app.add_option("--batch", batch, "--cpu: batch")->capture_default_str();
   app.add_option("--tokens", tokens, "--cpu: tokens per sequence")->capture_default_str();
   app.add_option("--d-model", d_model, "--cpu: d_model")->capture_default_str();

@@ -41,9 +41,11 @@ struct AttentionOptions {
 /// norms as cfg.qk_norm).
 AttentionOptions attention_options(const ModelConfig& cfg, torch::Device device);
 
-/// The scaled-dot-product-attention kernel LibTorch picks for a causal training forward of
-/// `batch` sequences of `seq_len` tokens in `dtype` on options.device(): "flash", "cudnn",
-/// "efficient" (memory-efficient), "math" (the unfused composition) or "overrideable". Asks
+/// The attention kernel of a causal training forward of `batch` sequences of `seq_len` tokens in
+/// `dtype` on options.device(): "normlab (products over causal blocks)" where normlab's own runs
+/// (fused::causal_attention: the CPU, float32, short sequences), else the
+/// scaled-dot-product-attention kernel LibTorch picks: "flash", "cudnn", "efficient"
+/// (memory-efficient), "math" (the unfused composition) or "overrideable". Asks
 /// LibTorch's own dispatcher (at::_fused_sdp_choice) on tensors of the model's shapes, so it
 /// names the kernel the runs use, not one assumed from the device; "unknown (...)" where
 /// LibTorch refuses that query (the run goes on).

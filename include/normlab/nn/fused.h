@@ -2,6 +2,10 @@
 // tested against the plain ATen composition (tests/unit/nn/test_fused.cpp):
 //   rms_norm(x, w, eps) = w * x * rsqrt(mean(x^2) + eps)    one pass per row (float32/float64)
 //   rope(x, cos, sin)   = x * cos + cat(-x2, x1) * sin      x (B, T, H, D), tables (T, D)
+//   swiglu(u)           = silu(g) * v,  [v | g] = u          one pass each way (fused_swiglu.cpp)
+//   causal_attention(q, k, v, scale) = softmax(scale q k^T + causal mask) v
+//                                       batched products over blocks of queries, one-pass softmax
+//                                       and its backward between them (fused_attention.cpp)
 //   linear(x, w)        = x w^T                             float32 GEMMs through oneDNN where
 //                                                            it runs (else ATen's linear)
 // Other devices and dtypes take the ATen ops. One op is CUDA-only (add_rms_norm.cpp, kernels in
@@ -9,7 +13,7 @@
 //   add_rms_norm(x, b, d, w) = (r, w * r * rsqrt(mean(r^2) + eps)),  r = x + b / d
 // the residual add of a sub-layer and the RMSNorm that follows it, in one pass per row.
 // Measured effect on a training step: docs/performance-cpu.md, which also lists what was
-// tried and dropped (a one-pass SwiGLU and cross-entropy were no faster than ATen's).
+// tried and dropped (a one-pass cross-entropy was no faster than ATen's).
 #pragma once
 
 #include <torch/types.h>
@@ -23,6 +27,31 @@ namespace normlab::fused {
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight);
+/// silu(g) * v over u = [v | g] (the last dimension split in two halves), as the SwiGLU MLP
+/// computes it; the backward writes the gradient of u in one pass.
+torch::Tensor swiglu(const torch::Tensor& u);
+
+/// Causal attention over q, k, v (B, H, T, D) of one shape (grouped-query heads repeated first),
+/// float32 or float64 on the CPU: every query sees the keys up to its own position. Keeps each
+/// block's softmax for the backward, so only for what causal_attention_fits accepts (throws
+/// otherwise); AttentionImpl takes SDPA for the rest.
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, double scale);
+
+/// The bounds of causal_attention: sequences up to this many tokens (the lengths where it was
+/// measured faster than SDPA's flash kernel, docs/performance-cpu.md), and the softmax blocks it
+/// keeps for the backward (about B H T^2 / 2 values) within this many bytes a layer.
+constexpr int64_t kCausalAttentionMaxTokens = 512;
+constexpr int64_t kCausalAttentionMaxKeptBytes = int64_t{128} << 20;
+
+/// True when causal_attention takes these: q, k, v of one shape (B, H, T, D), non-empty, one
+/// dtype that cpu_fusable accepts, within the bounds above.
+bool causal_attention_fits(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
+/// The instruction set of the float32 loops of swiglu and causal_attention's softmax: "AVX512",
+/// "AVX2" (with FMA) or "portable", following ATen's CPU capability (so ATEN_CPU_CAPABILITY
+/// lowers them with ATen's kernels); "portable" off x86-64 or off GCC and Clang.
+std::string vector_isa();
 
 /// (r, n) as above: one fused CUDA kernel forward and one backward. Only for tensors that
 /// fusable_add_rms_norm accepts (throws otherwise); Norm::add_forward dispatches.

@@ -2,6 +2,10 @@
 // float64 (tight) and float32, on contiguous and strided inputs.
 #include <torch/torch.h>
 
+#include <cmath>
+#include <iostream>
+
+#include "normlab/nn/attention.h"
 #include "normlab/nn/fused.h"
 #include "normlab/nn/norm.h"
 #include "normlab/util/cpu_allocator.h"
@@ -15,6 +19,11 @@ namespace {
 torch::Tensor rms_ref(const torch::Tensor& x, const torch::Tensor& w, double eps) {
   torch::Tensor y = x * torch::rsqrt(x.pow(2).mean(-1, true) + eps);
   return w.defined() ? y * w : y;
+}
+
+torch::Tensor swiglu_ref(const torch::Tensor& u) {
+  const std::vector<torch::Tensor> vg = u.chunk(2, -1);
+  return torch::silu(vg[1]) * vg[0];
 }
 
 torch::Tensor rope_ref(const torch::Tensor& x, const torch::Tensor& c, const torch::Tensor& s) {
@@ -68,6 +77,115 @@ TEST(Fused, RopeMatchesTheComposition) {
     expect_same([&] { return fused::rope(strided.narrow(-1, 8, 16), c, s); },
                 [&] { return rope_ref(strided.narrow(-1, 8, 16), c, s); }, {strided}, tol);
   }
+}
+
+// The float32 loops run in the instruction set of ATen's capability (AVX-512, AVX2 or the
+// portable lanes: .ci/run's lowered passes run this test in each), on lanes of 4, 8 or 16 with
+// the last partial step padded: widths 37 and 48 take both kinds of step. float32 is checked
+// against the composition in float64, so the tolerance is float32's own: the exp written out
+// for the lanes is within 2 ulp, the products and the division add one each (about 6e-7
+// relative); 2e-6 leaves a margin, and a wrong digit in the exp's polynomial is 1e-4 away.
+TEST(Fused, SwiGluMatchesTheComposition) {
+  std::cout << "SwiGLU float32 loops here: " << fused::vector_isa() << std::endl;
+  for (const int64_t F : {37, 48}) {
+    torch::manual_seed(3);
+    const torch::Tensor u64 = (torch::randn({2, 5, 2 * F}, torch::kDouble) * 3).requires_grad_();
+    expect_same([&] { return fused::swiglu(u64); }, [&] { return swiglu_ref(u64); }, {u64}, 1e-12);
+    const torch::Tensor u32 = u64.detach().to(torch::kFloat).requires_grad_();
+    const torch::Tensor ref_in = u32.detach().to(torch::kDouble).requires_grad_();
+    const torch::Tensor y = fused::swiglu(u32), y_ref = swiglu_ref(ref_in);
+    EXPECT_TRUE(close(y, y_ref, 2e-6)) << "values, width " << F;
+    const torch::Tensor r = torch::randn_like(y_ref);
+    const auto g = torch::autograd::grad({(y * r.to(torch::kFloat)).sum()}, {u32});
+    const auto g_ref = torch::autograd::grad({(y_ref * r).sum()}, {ref_in});
+    EXPECT_TRUE(close(g[0], g_ref[0], 2e-6)) << "gradient, width " << F;
+  }
+  // A strided view, and gates far outside the exp's range (where silu is 0 or the identity).
+  const torch::Tensor wide = torch::randn({3, 4, 100}).requires_grad_();
+  expect_same([&] { return fused::swiglu(wide.narrow(-1, 10, 80)); },
+              [&] { return swiglu_ref(wide.narrow(-1, 10, 80)); }, {wide}, 2e-6);
+  const torch::Tensor far =
+      torch::tensor({1.0f, -2.0f, 0.5f, 3.0f, -1000.0f, -100.0f, 100.0f, 1000.0f}).requires_grad_();
+  expect_same([&] { return fused::swiglu(far); }, [&] { return swiglu_ref(far); }, {far}, 2e-6);
+  // NaN in a gate or a value stays NaN in the output and in both halves' gradients.
+  torch::Tensor nan = torch::ones({2, 32});
+  nan.index_put_({0, 20}, std::nanf(""));
+  nan.index_put_({1, 3}, std::nanf(""));
+  nan.requires_grad_();
+  const torch::Tensor h = fused::swiglu(nan);
+  EXPECT_TRUE(std::isnan(h[0][4].item<float>()));
+  EXPECT_TRUE(std::isnan(h[1][3].item<float>()));
+  EXPECT_EQ(torch::isnan(h).sum().item<int64_t>(), 2);
+  const torch::Tensor gn = torch::autograd::grad({h.sum()}, {nan})[0];
+  EXPECT_TRUE(std::isnan(gn[0][4].item<float>()) && std::isnan(gn[0][20].item<float>()));
+  EXPECT_THROW(fused::swiglu(torch::randn({2, 7})), c10::Error);
+  EXPECT_EQ(fused::swiglu(torch::randn({0, 8})).sizes(), (std::vector<int64_t>{0, 4}));
+}
+
+// Causal attention as products over blocks of queries against SDPA (its math kernel in
+// float64). Lengths 37 (one block, rows shorter than a lane step's multiple) and 300 (blocks of
+// 75, the last one partial). float32 against float64: the products sum 64 to 300 terms, so
+// their float32 error is up to about 300 x 6e-8 = 2e-5 of the largest value; 5e-5 leaves a
+// margin, and a query that misses its own key (or sees the next) is off by 1e-2 or more.
+TEST(Fused, CausalAttentionMatchesSdpa) {
+  std::cout << "softmax float32 loops here: " << fused::vector_isa() << std::endl;
+  const auto sdpa = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    return at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, /*is_causal=*/true, 0.125);
+  };
+  for (const int64_t T : {37, 300}) {
+    torch::manual_seed(4);
+    // (B, T, H, D) viewed as (B, H, T, D), as the model lays them out.
+    const auto make = [&] {
+      return (torch::randn({2, T, 3, 64}, torch::kDouble) * 2).requires_grad_();
+    };
+    const torch::Tensor q = make(), k = make(), v = make();
+    const auto heads = [](const torch::Tensor& x) { return x.transpose(1, 2); };
+    expect_same([&] { return fused::causal_attention(heads(q), heads(k), heads(v), 0.125); },
+                [&] { return sdpa(heads(q), heads(k), heads(v)); }, {q, k, v}, 1e-10);
+    const auto f32 = [](const torch::Tensor& x) {
+      return x.detach().to(torch::kFloat).requires_grad_();
+    };
+    const torch::Tensor q32 = f32(q), k32 = f32(k), v32 = f32(v);
+    const torch::Tensor y = fused::causal_attention(heads(q32), heads(k32), heads(v32), 0.125);
+    const torch::Tensor y_ref = sdpa(heads(q), heads(k), heads(v));
+    EXPECT_TRUE(close(y, y_ref, 5e-5)) << "float32 values, length " << T;
+    const torch::Tensor r = torch::randn_like(y_ref);
+    const auto g = torch::autograd::grad({(y * r.to(torch::kFloat)).sum()}, {q32, k32, v32});
+    const auto g_ref = torch::autograd::grad({(y_ref * r).sum()}, {q, k, v});
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_TRUE(close(g[i], g_ref[i], 5e-5)) << "float32 gradient " << i << ", length " << T;
+  }
+  // A NaN key at position 50 reaches the queries from 50 on, never the ones before.
+  torch::Tensor k = torch::randn({1, 2, 80, 16});
+  k.index_put_({0, 1, 50, 3}, std::nanf(""));
+  const torch::Tensor y =
+      fused::causal_attention(torch::randn({1, 2, 80, 16}), k, torch::randn({1, 2, 80, 16}), 0.25);
+  EXPECT_FALSE(torch::isnan(y.narrow(2, 0, 50)).any().item<bool>());
+  EXPECT_TRUE(torch::isnan(y[0][1].narrow(0, 50, 30)).all().item<bool>());
+  EXPECT_FALSE(torch::isnan(y[0][0]).any().item<bool>());
+}
+
+TEST(Fused, CausalAttentionTakesOnlyWhatFits) {
+  const auto qkv = [](int64_t T, torch::ScalarType dtype) {
+    return torch::zeros({1, 2, T, 8}, dtype);
+  };
+  const torch::Tensor q = qkv(16, torch::kFloat);
+  EXPECT_TRUE(fused::causal_attention_fits(q, q, q));
+  EXPECT_FALSE(fused::causal_attention_fits(q, qkv(8, torch::kFloat), q));      // shapes differ
+  EXPECT_FALSE(fused::causal_attention_fits(qkv(16, torch::kBFloat16), q, q));  // not fp32/fp64
+  const torch::Tensor longer = qkv(fused::kCausalAttentionMaxTokens + 1, torch::kFloat);
+  EXPECT_FALSE(fused::causal_attention_fits(longer, longer, longer));
+  // The kept scores' bound: (B H) T (T + T / 4) / 2 floats, 335 MB at B H = 512 and T = 512.
+  const torch::Tensor many = torch::zeros({64, 8, 512, 8});
+  EXPECT_FALSE(fused::causal_attention_fits(many, many, many));
+  EXPECT_THROW(fused::causal_attention(longer, longer, longer, 1.0), c10::Error);
+  // The model's attention names the path its training steps take.
+  const AttentionOptions o = AttentionOptions(64, 4);
+  EXPECT_EQ(attention_backend(o, 2, 128, torch::kFloat), "normlab (products over causal blocks)");
+  EXPECT_NE(attention_backend(o, 2, 128, torch::kBFloat16),
+            "normlab (products over causal blocks)");
+  EXPECT_NE(attention_backend(o, 2, fused::kCausalAttentionMaxTokens * 2, torch::kFloat),
+            "normlab (products over causal blocks)");
 }
 
 // The kernels' at::parallel_for must reach ATen's threads: compiled without OpenMP (while
@@ -132,6 +250,7 @@ TEST(Fused, UnfusedDevicesAndDtypesTakeTheComposition) {
   const torch::Tensor c = torch::randn({2, 4}).to(torch::kBFloat16),
                       s = torch::randn({2, 4}).to(torch::kBFloat16);
   EXPECT_TRUE(torch::equal(fused::rope(q, c, s), rope_ref(q, c, s)));
+  EXPECT_TRUE(torch::equal(fused::swiglu(x), swiglu_ref(x)));
   EXPECT_EQ(fused::rms_norm(x, {}, 1e-5).scalar_type(), torch::kBFloat16);
 }
 

@@ -1,0 +1,241 @@
+// fused::causal_attention (fused.h): causal attention on the CPU as batched products over
+// blocks of queries, each block against the keys up to its last query, with one-pass softmax
+// kernels between the products.
+//
+// Forward, block i (queries q0 .. q1-1, keys 0 .. q1-1):
+//   S = q_i k^T;  P = softmax(scale S) over the keys each query sees (the diagonal block masked
+//   in the kernel);  o_i = P v
+// Backward, with delta = rowsum(do * o) (= rowsum(P * dP)):
+//   dv += P^T do_i;  dP = do_i v^T;  dS = scale P (dP - delta);  dq_i = dS k;  dk += dS^T q_i
+// Every P is kept for the backward (B H T^2 / 2 floats and a block more), which is why
+// causal_attention_fits bounds it.
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include "lanes.h"
+#include "normlab/nn/fused.h"
+
+namespace normlab::fused {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+namespace {
+
+// Rows of queries a block takes: 64 up to 256 tokens, then a quarter of the sequence, so that
+// the products stay large enough for the GEMMs and the upper key blocks skipped are a fair share.
+int64_t block_rows(int64_t T) { return std::max<int64_t>(64, (T + 3) / 4); }
+
+// ---- The softmax of a block and its backward, per row ------------------------------------------
+// Row r of block [q0, q1) is query q0 + r, which sees keys 0 .. q0 + r (`seen`); the row holds
+// n = q1 keys, the rest are zeroed (so P is 0 past `seen`, and the backward's bound only spares
+// it the work).
+
+template <class T>
+void softmax_row(T* x, int64_t seen, int64_t n, T scale) {
+  T m = -std::numeric_limits<T>::infinity();
+  for (int64_t j = 0; j < seen; ++j) m = x[j] > m ? x[j] : m;
+  T sum = 0;
+  for (int64_t j = 0; j < seen; ++j) sum += x[j] = std::exp(scale * (x[j] - m));
+  const T inv = T(1) / sum;
+  for (int64_t j = 0; j < seen; ++j) x[j] *= inv;
+  for (int64_t j = seen; j < n; ++j) x[j] = 0;
+}
+
+template <class T>
+void softmax_backward_row(T* dp, const T* p, T delta, int64_t seen, int64_t n, T scale) {
+  for (int64_t j = 0; j < seen; ++j) dp[j] = scale * p[j] * (dp[j] - delta);
+  for (int64_t j = seen; j < n; ++j) dp[j] = 0;
+}
+
+#if NORMLAB_LANES
+template <class L>
+NORMLAB_ALWAYS_INLINE void softmax_row_lanes(float* x, int64_t seen, int64_t n, float scale) {
+  using V = typename L::F;
+  constexpr int64_t w = L::n;
+  const int64_t full = seen / w * w;
+  const float inf = std::numeric_limits<float>::infinity();
+  V mv = lanes::splat<L>(-inf);
+  for (int64_t j = 0; j < full; j += w) {
+    const V xv = lanes::load<L>(x + j);
+    mv = xv > mv ? xv : mv;
+  }
+  float m = -inf;
+  for (int64_t l = 0; l < w; ++l) m = mv[l] > m ? mv[l] : m;
+  for (int64_t j = full; j < seen; ++j) m = x[j] > m ? x[j] : m;
+  V sv = lanes::splat<L>(0.0f);
+  for (int64_t j = 0; j < full; j += w) {
+    const V e = lanes::exp<L>((lanes::load<L>(x + j) - m) * scale);
+    lanes::store<L>(x + j, e);
+    sv += e;
+  }
+  float sum = 0;
+  if (full < seen) {  // the last, partial step through a padded copy
+    float buf[w] = {};
+    std::memcpy(buf, x + full, (seen - full) * sizeof(float));
+    const V e = lanes::exp<L>((lanes::load<L>(buf) - m) * scale);
+    lanes::store<L>(buf, e);
+    for (int64_t j = 0; j < seen - full; ++j) sum += buf[j];
+    std::memcpy(x + full, buf, (seen - full) * sizeof(float));
+  }
+  for (int64_t l = 0; l < w; ++l) sum += sv[l];
+  const float inv = 1.0f / sum;
+  for (int64_t j = 0; j < full; j += w) lanes::store<L>(x + j, lanes::load<L>(x + j) * inv);
+  for (int64_t j = full; j < seen; ++j) x[j] *= inv;
+  for (int64_t j = seen; j < n; ++j) x[j] = 0;
+}
+#endif
+
+// The float32 rows per instruction set (lanes.h), picked by vector_isa().
+using SoftmaxRowFn = void (*)(float*, int64_t, int64_t, float);
+
+#if NORMLAB_LANES
+void softmax_row_portable(float* x, int64_t seen, int64_t n, float scale) {
+  softmax_row_lanes<lanes::Lanes<16>>(x, seen, n, scale);
+}
+#define NORMLAB_SOFTMAX_ROW(NAME, ATTR, BYTES)                                   \
+  ATTR void softmax_row_##NAME(float* x, int64_t seen, int64_t n, float scale) { \
+    softmax_row_lanes<lanes::Lanes<BYTES>>(x, seen, n, scale);                   \
+  }
+NORMLAB_VECTOR_ISA_FUNCTIONS(NORMLAB_SOFTMAX_ROW)
+#undef NORMLAB_SOFTMAX_ROW
+#else
+void softmax_row_portable(float* x, int64_t seen, int64_t n, float scale) {
+  softmax_row<float>(x, seen, n, scale);
+}
+#endif
+
+SoftmaxRowFn softmax_row_float() {
+  static const SoftmaxRowFn chosen = [] {
+#if NORMLAB_VECTOR_ISAS
+    const std::string isa = vector_isa();
+    if (isa == "AVX512") return &softmax_row_avx512;
+    if (isa == "AVX2") return &softmax_row_avx2;
+#endif
+    return &softmax_row_portable;
+  }();
+  return chosen;
+}
+
+template <class T>
+void softmax_row_any(T* x, int64_t seen, int64_t n, T scale) {
+  if constexpr (std::is_same_v<T, float>)
+    softmax_row_float()(x, seen, n, scale);
+  else
+    softmax_row<T>(x, seen, n, scale);
+}
+
+// P = softmax(scale S) in place over the block's rows, (BH, q1 - q0, q1).
+void causal_softmax_(torch::Tensor& s, int64_t q0, double scale) {
+  const int64_t rows = s.size(1), n = s.size(2), total = s.size(0) * rows;
+  AT_DISPATCH_FLOATING_TYPES(s.scalar_type(), "normlab_causal_softmax", [&] {
+    scalar_t* sp = s.data_ptr<scalar_t>();
+    const auto sc = static_cast<scalar_t>(scale);
+    at::parallel_for(0, total, 8, [&](int64_t r0, int64_t r1) {
+      for (int64_t idx = r0; idx < r1; ++idx) {
+        const int64_t seen = std::min(n, q0 + idx % rows + 1);
+        softmax_row_any<scalar_t>(sp + idx * n, seen, n, sc);
+      }
+    });
+  });
+}
+
+// dS = scale P (dP - delta) in place of dP; delta (BH, T) for the whole sequence.
+void causal_softmax_backward_(torch::Tensor& dp, const torch::Tensor& p, const torch::Tensor& delta,
+                              int64_t q0, double scale) {
+  const int64_t rows = dp.size(1), n = dp.size(2), total = dp.size(0) * rows;
+  const int64_t T = delta.size(1);
+  AT_DISPATCH_FLOATING_TYPES(dp.scalar_type(), "normlab_causal_softmax_backward", [&] {
+    scalar_t* dpp = dp.data_ptr<scalar_t>();
+    const scalar_t* pp = p.data_ptr<scalar_t>();
+    const scalar_t* dl = delta.data_ptr<scalar_t>();
+    const auto sc = static_cast<scalar_t>(scale);
+    at::parallel_for(0, total, 8, [&](int64_t r0, int64_t r1) {
+      for (int64_t idx = r0; idx < r1; ++idx) {
+        const int64_t bh = idx / rows, q = q0 + idx % rows;
+        softmax_backward_row<scalar_t>(dpp + idx * n, pp + idx * n, dl[bh * T + q],
+                                       std::min(n, q + 1), n, sc);
+      }
+    });
+  });
+}
+
+struct CausalAttentionFn : torch::autograd::Function<CausalAttentionFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q_in,
+                               const torch::Tensor& k_in, const torch::Tensor& v_in, double scale) {
+    const int64_t B = q_in.size(0), H = q_in.size(1), T = q_in.size(2), D = q_in.size(3);
+    const torch::Tensor q = q_in.reshape({B * H, T, D}).contiguous();
+    const torch::Tensor k = k_in.reshape({B * H, T, D}).contiguous();
+    const torch::Tensor v = v_in.reshape({B * H, T, D}).contiguous();
+    torch::Tensor o = torch::empty_like(q);
+    variable_list saved = {q, k, v, o};
+    const int64_t tb = block_rows(T);
+    for (int64_t q0 = 0; q0 < T; q0 += tb) {
+      const int64_t q1 = std::min(T, q0 + tb);
+      torch::Tensor p = at::bmm(q.narrow(1, q0, q1 - q0), k.narrow(1, 0, q1).transpose(1, 2));
+      causal_softmax_(p, q0, scale);
+      o.narrow(1, q0, q1 - q0).copy_(at::bmm(p, v.narrow(1, 0, q1)));
+      saved.push_back(p);
+    }
+    ctx->save_for_backward(saved);
+    ctx->saved_data["scale"] = scale;
+    return o.view({B, H, T, D});
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3];
+    const double scale = ctx->saved_data["scale"].toDouble();
+    const int64_t BH = q.size(0), T = q.size(1), D = q.size(2);
+    const std::vector<int64_t> shape = grads[0].sizes().vec();
+    const torch::Tensor go = grads[0].reshape({BH, T, D}).contiguous();
+    const torch::Tensor delta = (go * o).sum(-1);  // (BH, T)
+    torch::Tensor dq = torch::empty_like(q), dk = torch::zeros_like(k), dv = torch::zeros_like(v);
+    const int64_t tb = block_rows(T);
+    size_t block = 4;
+    for (int64_t q0 = 0; q0 < T; q0 += tb, ++block) {
+      const int64_t q1 = std::min(T, q0 + tb), rows = q1 - q0;
+      const torch::Tensor& p = saved[block];
+      const torch::Tensor go_i = go.narrow(1, q0, rows);
+      dv.narrow(1, 0, q1).baddbmm_(p.transpose(1, 2), go_i);
+      torch::Tensor ds = at::bmm(go_i, v.narrow(1, 0, q1).transpose(1, 2));
+      causal_softmax_backward_(ds, p, delta, q0, scale);
+      dq.narrow(1, q0, rows).copy_(at::bmm(ds, k.narrow(1, 0, q1)));
+      dk.narrow(1, 0, q1).baddbmm_(ds.transpose(1, 2), q.narrow(1, q0, rows));
+    }
+    return {dq.view(shape), dk.view(shape), dv.view(shape), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool causal_attention_fits(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  if (!cpu_fusable(q) || q.dim() != 4 || k.sizes() != q.sizes() || v.sizes() != q.sizes() ||
+      k.scalar_type() != q.scalar_type() || v.scalar_type() != q.scalar_type() || !k.is_cpu() ||
+      !v.is_cpu() || q.numel() == 0)
+    return false;
+  // The kept softmax blocks, about B H T (T + block) / 2 values, within kMaxKeptBytes.
+  const int64_t T = q.size(2), tb = block_rows(T);
+  const double kept = static_cast<double>(q.size(0) * q.size(1)) * static_cast<double>(T) *
+                      static_cast<double>(T + tb) / 2.0 * static_cast<double>(q.element_size());
+  return T <= kCausalAttentionMaxTokens && kept <= kCausalAttentionMaxKeptBytes;
+}
+
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, double scale) {
+  TORCH_CHECK(causal_attention_fits(q, k, v),
+              "causal_attention: takes q, k, v of one shape (B, H, T, D), float32 or float64 on "
+              "the CPU, T <= ",
+              kCausalAttentionMaxTokens, " and the kept scores within ",
+              kCausalAttentionMaxKeptBytes >> 20, " MiB: got ", q.sizes(), " ", q.scalar_type());
+  return CausalAttentionFn::apply(q, k, v, scale);
+}
+
+}  // namespace normlab::fused
