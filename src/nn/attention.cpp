@@ -30,11 +30,12 @@ bool cpu_reduced_attention_fails(const torch::Tensor& q) {
 
 // Whether the causal attention of q (B, H, T, D) and k, v (B, Hk, T, D) runs as normlab's
 // products over blocks of queries (fused::causal_attention): on the CPU in float32 or float64,
-// outside autocast, within its bounds (fused.h); SDPA otherwise.
+// outside autocast, within its bounds, and where it is the faster of the two in this CPU class
+// (fused.h); SDPA otherwise.
 bool own_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   return !at::autocast::is_autocast_enabled(at::kCPU) && k.scalar_type() == q.scalar_type() &&
          v.scalar_type() == q.scalar_type() && k.is_cpu() && v.is_cpu() &&
-         fused::causal_attention_fits(q, q, q);
+         fused::causal_attention_fits(q, q, q) && fused::causal_attention_preferred(q.size(2));
 }
 
 }  // namespace

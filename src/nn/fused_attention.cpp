@@ -228,6 +228,11 @@ bool causal_attention_fits(const torch::Tensor& q, const torch::Tensor& k, const
   return T <= kCausalAttentionMaxTokens && kept <= kCausalAttentionMaxKeptBytes;
 }
 
+bool causal_attention_preferred(int64_t tokens) {
+  static const bool avx512 = vector_isa() == "AVX512";  // ATen's capability, fixed for the process
+  return !avx512 || tokens >= kCausalAttentionAvx512MinTokens;
+}
+
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, double scale) {
   TORCH_CHECK(causal_attention_fits(q, k, v),

@@ -44,6 +44,13 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
 constexpr int64_t kCausalAttentionMaxTokens = 512;
 constexpr int64_t kCausalAttentionMaxKeptBytes = int64_t{128} << 20;
 
+/// Whether causal attention over `tokens` tokens is faster as causal_attention than as SDPA's
+/// flash kernel in this CPU class (docs/performance-cpu.md): below AVX-512 (vector_isa() "AVX2"
+/// or "portable") at every length it takes, 1.16x to 1.68x; with AVX-512 above
+/// kCausalAttentionAvx512MinTokens - 1 tokens only (level or slower up to 256).
+bool causal_attention_preferred(int64_t tokens);
+constexpr int64_t kCausalAttentionAvx512MinTokens = 257;
+
 /// True when causal_attention takes these: q, k, v of one shape (B, H, T, D), non-empty, one
 /// dtype that cpu_fusable accepts, within the bounds above.
 bool causal_attention_fits(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);

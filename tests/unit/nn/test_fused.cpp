@@ -179,13 +179,19 @@ TEST(Fused, CausalAttentionTakesOnlyWhatFits) {
   const torch::Tensor many = torch::zeros({64, 8, 512, 8});
   EXPECT_FALSE(fused::causal_attention_fits(many, many, many));
   EXPECT_THROW(fused::causal_attention(longer, longer, longer, 1.0), c10::Error);
+  // The class decides at short lengths: SDPA's flash kernel with AVX-512 (as fast or faster up to
+  // 256 tokens), normlab's below it; normlab's from 257 tokens to the bound in every class.
+  const bool avx512 = fused::vector_isa() == "AVX512";
+  EXPECT_EQ(fused::causal_attention_preferred(128), !avx512);
+  EXPECT_EQ(fused::causal_attention_preferred(256), !avx512);
+  EXPECT_TRUE(fused::causal_attention_preferred(fused::kCausalAttentionAvx512MinTokens));
   // The model's attention names the path its training steps take.
+  const std::string own = "normlab (products over causal blocks)";
   const AttentionOptions o = AttentionOptions(64, 4);
-  EXPECT_EQ(attention_backend(o, 2, 128, torch::kFloat), "normlab (products over causal blocks)");
-  EXPECT_NE(attention_backend(o, 2, 128, torch::kBFloat16),
-            "normlab (products over causal blocks)");
-  EXPECT_NE(attention_backend(o, 2, fused::kCausalAttentionMaxTokens * 2, torch::kFloat),
-            "normlab (products over causal blocks)");
+  EXPECT_EQ(attention_backend(o, 2, 300, torch::kFloat), own);
+  EXPECT_EQ(attention_backend(o, 2, 128, torch::kFloat) == own, !avx512);
+  EXPECT_NE(attention_backend(o, 2, 300, torch::kBFloat16), own);
+  EXPECT_NE(attention_backend(o, 2, fused::kCausalAttentionMaxTokens * 2, torch::kFloat), own);
 }
 
 // The kernels' at::parallel_for must reach ATen's threads: compiled without OpenMP (while
