@@ -35,18 +35,26 @@ void swiglu_rows(const T* u, T* out, int64_t r0, int64_t r1, int64_t F) {
   }
 }
 
+// Row r of the backward: u = [v | g] and its gradient [gv | gg] are 2F wide, go is F wide.
+template <class T>
+struct BackwardRow {
+  const T* v;
+  const T* g;
+  const T* o;
+  T* gv;
+  T* gg;
+  BackwardRow(const T* u, const T* go, T* gu, int64_t r, int64_t F)
+      : v(u + r * 2 * F), g(v + F), o(go + r * F), gv(gu + r * 2 * F), gg(gv + F) {}
+};
+
 template <class T>
 void swiglu_backward_rows(const T* u, const T* go, T* gu, int64_t r0, int64_t r1, int64_t F) {
   for (int64_t r = r0; r < r1; ++r) {
-    const T* v = u + r * 2 * F;
-    const T* g = v + F;
-    const T* o = go + r * F;
-    T* gv = gu + r * 2 * F;
-    T* gg = gv + F;
+    const BackwardRow<T> w(u, go, gu, r, F);
     for (int64_t i = 0; i < F; ++i) {
-      const T s = T(1) / (T(1) + std::exp(-g[i]));
-      gv[i] = o[i] * g[i] * s;
-      gg[i] = o[i] * v[i] * s * (T(1) + g[i] * (T(1) - s));
+      const T s = T(1) / (T(1) + std::exp(-w.g[i]));
+      w.gv[i] = w.o[i] * w.g[i] * s;
+      w.gg[i] = w.o[i] * w.v[i] * s * (T(1) + w.g[i] * (T(1) - s));
     }
   }
 }
@@ -98,21 +106,17 @@ NORMLAB_ALWAYS_INLINE void swiglu_backward_lanes(const float* u, const float* go
   constexpr int64_t n = L::n;
   const int64_t full = F / n * n, rest = F - full;
   for (int64_t r = r0; r < r1; ++r) {
-    const float* v = u + r * 2 * F;
-    const float* g = v + F;
-    const float* o = go + r * F;
-    float* gv = gu + r * 2 * F;
-    float* gg = gv + F;
+    const BackwardRow<float> w(u, go, gu, r, F);
     for (int64_t i = 0; i < full; i += n)
-      swiglu_backward_step<L>(v + i, g + i, o + i, gv + i, gg + i);
+      swiglu_backward_step<L>(w.v + i, w.g + i, w.o + i, w.gv + i, w.gg + i);
     if (rest > 0) {
       float bv[n] = {}, bg[n] = {}, bo[n] = {}, bgv[n], bgg[n];
-      std::memcpy(bv, v + full, rest * sizeof(float));
-      std::memcpy(bg, g + full, rest * sizeof(float));
-      std::memcpy(bo, o + full, rest * sizeof(float));
+      std::memcpy(bv, w.v + full, rest * sizeof(float));
+      std::memcpy(bg, w.g + full, rest * sizeof(float));
+      std::memcpy(bo, w.o + full, rest * sizeof(float));
       swiglu_backward_step<L>(bv, bg, bo, bgv, bgg);
-      std::memcpy(gv + full, bgv, rest * sizeof(float));
-      std::memcpy(gg + full, bgg, rest * sizeof(float));
+      std::memcpy(w.gv + full, bgv, rest * sizeof(float));
+      std::memcpy(w.gg + full, bgg, rest * sizeof(float));
     }
   }
 }
