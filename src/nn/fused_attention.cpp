@@ -221,7 +221,7 @@ bool causal_attention_fits(const torch::Tensor& q, const torch::Tensor& k, const
       k.scalar_type() != q.scalar_type() || v.scalar_type() != q.scalar_type() || !k.is_cpu() ||
       !v.is_cpu() || q.numel() == 0)
     return false;
-  // The kept softmax blocks, about B H T (T + block) / 2 values, within kMaxKeptBytes.
+  // The kept softmax blocks, about B H T (T + block) / 2 values, within the bytes bound.
   const int64_t T = q.size(2), tb = block_rows(T);
   const double kept = static_cast<double>(q.size(0) * q.size(1)) * static_cast<double>(T) *
                       static_cast<double>(T + tb) / 2.0 * static_cast<double>(q.element_size());
