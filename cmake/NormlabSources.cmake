@@ -44,6 +44,7 @@ set(NORMLAB_SOURCES
   nn/add_rms_norm.cpp
   nn/aux_loss.cpp
   nn/attention.cpp
+  nn/blas.cpp
   nn/fused.cpp
   nn/fused_attention.cpp
   nn/fused_swiglu.cpp

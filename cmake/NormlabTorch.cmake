@@ -78,6 +78,20 @@ if(NOT DEFINED NORMLAB_HAVE_ONEDNN_MATMUL)
 endif()
 message(STATUS "normlab: oneDNN matmul from LibTorch: ${NORMLAB_HAVE_ONEDNN_MATMUL}")
 
+# The Fortran BLAS GEMMs that LibTorch carries (MKL's sgemm_/dgemm_ in the x86-64 wheels, with
+# the 32-bit integers ATen itself declares them with): the per-head products of
+# fused::causal_attention (src/nn/blas.cpp). Checked the same way.
+if(NOT DEFINED NORMLAB_HAVE_BLAS_GEMM)
+  include(CheckCXXSourceCompiles)
+  file(READ ${CMAKE_CURRENT_LIST_DIR}/checks/blas_gemm.cpp _blas_check)
+  set(CMAKE_REQUIRED_LIBRARIES ${NORMLAB_TORCH_PREFIX}/lib/libtorch_cpu.so ${NORMLAB_TORCH_PREFIX}/lib/libc10.so)
+  set(CMAKE_REQUIRED_QUIET ON)
+  check_cxx_source_compiles("${_blas_check}" NORMLAB_HAVE_BLAS_GEMM)
+  unset(CMAKE_REQUIRED_LIBRARIES)
+  unset(CMAKE_REQUIRED_QUIET)
+endif()
+message(STATUS "normlab: BLAS GEMM (sgemm_, dgemm_) from LibTorch: ${NORMLAB_HAVE_BLAS_GEMM}")
+
 # normlab's own CPU kernels (src/nn/fused.cpp) split their rows with at::parallel_for. That
 # template is inline: it reaches LibTorch's OpenMP threads only in a source compiled with
 # OpenMP (ATen/ParallelOpenMP.h defines the parallel path under _OPENMP); anywhere else every

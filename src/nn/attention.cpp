@@ -35,7 +35,8 @@ bool cpu_reduced_attention_fails(const torch::Tensor& q) {
 bool own_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   return !at::autocast::is_autocast_enabled(at::kCPU) && k.scalar_type() == q.scalar_type() &&
          v.scalar_type() == q.scalar_type() && k.is_cpu() && v.is_cpu() &&
-         fused::causal_attention_fits(q, q, q) && fused::causal_attention_preferred(q.size(2));
+         fused::causal_attention_fits(q, q, q) &&
+         fused::causal_attention_preferred(q.size(0) * q.size(1), q.size(2));
 }
 
 }  // namespace

@@ -18,7 +18,9 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <vector>
 
+#include "blas.h"
 #include "lanes.h"
 #include "normlab/nn/fused.h"
 
@@ -53,6 +55,14 @@ template <class T>
 void softmax_backward_row(T* dp, const T* p, T delta, int64_t seen, int64_t n, T scale) {
   for (int64_t j = 0; j < seen; ++j) dp[j] = scale * p[j] * (dp[j] - delta);
   for (int64_t j = seen; j < n; ++j) dp[j] = 0;
+}
+
+// sum_j a[j] b[j]: delta's rows (rowsum(do * o)).
+template <class T>
+T dot(const T* a, const T* b, int64_t n) {
+  T sum = 0;
+  for (int64_t j = 0; j < n; ++j) sum += a[j] * b[j];
+  return sum;
 }
 
 #if NORMLAB_LANES
@@ -91,45 +101,96 @@ NORMLAB_ALWAYS_INLINE void softmax_row_lanes(float* x, int64_t seen, int64_t n, 
   for (int64_t j = full; j < seen; ++j) x[j] *= inv;
   for (int64_t j = seen; j < n; ++j) x[j] = 0;
 }
+
+template <class L>
+NORMLAB_ALWAYS_INLINE void softmax_backward_row_lanes(float* dp, const float* p, float delta,
+                                                      int64_t seen, int64_t n, float scale) {
+  constexpr int64_t w = L::n;
+  const int64_t full = seen / w * w;
+  for (int64_t j = 0; j < full; j += w)
+    lanes::store<L>(dp + j, lanes::load<L>(p + j) * (lanes::load<L>(dp + j) - delta) * scale);
+  for (int64_t j = full; j < seen; ++j) dp[j] = p[j] * (dp[j] - delta) * scale;
+  for (int64_t j = seen; j < n; ++j) dp[j] = 0;
+}
+
+template <class L>
+NORMLAB_ALWAYS_INLINE float dot_lanes(const float* a, const float* b, int64_t n) {
+  constexpr int64_t w = L::n;
+  const int64_t full = n / w * w;
+  typename L::F sv = lanes::splat<L>(0.0f);
+  for (int64_t j = 0; j < full; j += w) sv += lanes::load<L>(a + j) * lanes::load<L>(b + j);
+  float sum = 0;
+  for (int64_t l = 0; l < w; ++l) sum += sv[l];
+  for (int64_t j = full; j < n; ++j) sum += a[j] * b[j];
+  return sum;
+}
 #endif
 
 // The float32 rows per instruction set (lanes.h), picked by vector_isa().
-using SoftmaxRowFn = void (*)(float*, int64_t, int64_t, float);
+struct FloatRows {
+  void (*softmax)(float* x, int64_t seen, int64_t n, float scale);
+  void (*softmax_backward)(float* dp, const float* p, float delta, int64_t seen, int64_t n,
+                           float scale);
+  float (*dot)(const float* a, const float* b, int64_t n);
+};
 
 #if NORMLAB_LANES
-void softmax_row_portable(float* x, int64_t seen, int64_t n, float scale) {
-  softmax_row_lanes<lanes::Lanes<16>>(x, seen, n, scale);
-}
-#define NORMLAB_SOFTMAX_ROW(NAME, ATTR, BYTES)                                   \
-  ATTR void softmax_row_##NAME(float* x, int64_t seen, int64_t n, float scale) { \
-    softmax_row_lanes<lanes::Lanes<BYTES>>(x, seen, n, scale);                   \
-  }
-NORMLAB_VECTOR_ISA_FUNCTIONS(NORMLAB_SOFTMAX_ROW)
-#undef NORMLAB_SOFTMAX_ROW
+#define NORMLAB_FLOAT_ROWS(NAME, ATTR, BYTES)                                                 \
+  ATTR void softmax_row_##NAME(float* x, int64_t seen, int64_t n, float scale) {              \
+    softmax_row_lanes<lanes::Lanes<BYTES>>(x, seen, n, scale);                                \
+  }                                                                                           \
+  ATTR void softmax_backward_row_##NAME(float* dp, const float* p, float delta, int64_t seen, \
+                                        int64_t n, float scale) {                             \
+    softmax_backward_row_lanes<lanes::Lanes<BYTES>>(dp, p, delta, seen, n, scale);            \
+  }                                                                                           \
+  ATTR float dot_##NAME(const float* a, const float* b, int64_t n) {                          \
+    return dot_lanes<lanes::Lanes<BYTES>>(a, b, n);                                           \
+  }                                                                                           \
+  constexpr FloatRows float_rows_##NAME = {softmax_row_##NAME, softmax_backward_row_##NAME,   \
+                                           dot_##NAME};
+NORMLAB_FLOAT_ROWS(portable, , 16)
+NORMLAB_VECTOR_ISA_FUNCTIONS(NORMLAB_FLOAT_ROWS)
+#undef NORMLAB_FLOAT_ROWS
 #else
-void softmax_row_portable(float* x, int64_t seen, int64_t n, float scale) {
-  softmax_row<float>(x, seen, n, scale);
-}
+constexpr FloatRows float_rows_portable = {softmax_row<float>, softmax_backward_row<float>,
+                                           dot<float>};
 #endif
 
-SoftmaxRowFn softmax_row_float() {
-  static const SoftmaxRowFn chosen = [] {
+const FloatRows& float_rows() {
+  static const FloatRows chosen = [] {
 #if NORMLAB_VECTOR_ISAS
     const std::string isa = vector_isa();
-    if (isa == "AVX512") return &softmax_row_avx512;
-    if (isa == "AVX2") return &softmax_row_avx2;
+    if (isa == "AVX512") return float_rows_avx512;
+    if (isa == "AVX2") return float_rows_avx2;
 #endif
-    return &softmax_row_portable;
+    return float_rows_portable;
   }();
   return chosen;
 }
 
+// float32 takes the rows per instruction set, float64 the formulas as written.
 template <class T>
 void softmax_row_any(T* x, int64_t seen, int64_t n, T scale) {
   if constexpr (std::is_same_v<T, float>)
-    softmax_row_float()(x, seen, n, scale);
+    float_rows().softmax(x, seen, n, scale);
   else
     softmax_row<T>(x, seen, n, scale);
+}
+
+template <class T>
+void softmax_backward_row_any(T* dp, const T* p, T delta, int64_t seen, int64_t n, T scale) {
+  if constexpr (std::is_same_v<T, float>)
+    float_rows().softmax_backward(dp, p, delta, seen, n, scale);
+  else
+    softmax_backward_row<T>(dp, p, delta, seen, n, scale);
+}
+
+template <class T>
+T dot_any(const T* a, const T* b, int64_t n) {
+  if constexpr (std::is_same_v<T, float>)
+    return float_rows().dot(a, b, n);
+  else
+    return dot<T>(a, b, n);
 }
 
 // P = softmax(scale S) in place over the block's rows, (BH, q1 - q0, q1).
@@ -160,14 +221,17 @@ void causal_softmax_backward_(torch::Tensor& dp, const torch::Tensor& p, const t
     at::parallel_for(0, total, 8, [&](int64_t r0, int64_t r1) {
       for (int64_t idx = r0; idx < r1; ++idx) {
         const int64_t bh = idx / rows, q = q0 + idx % rows;
-        softmax_backward_row<scalar_t>(dpp + idx * n, pp + idx * n, dl[bh * T + q],
-                                       std::min(n, q + 1), n, sc);
+        softmax_backward_row_any<scalar_t>(dpp + idx * n, pp + idx * n, dl[bh * T + q],
+                                           std::min(n, q + 1), n, sc);
       }
     });
   });
 }
 
-struct CausalAttentionFn : torch::autograd::Function<CausalAttentionFn> {
+// ---- Batched: each block's products over all heads at once through ATen (at::bmm) -----------
+// The path without a BLAS (blas::available() false): every product is one parallel region, and
+// q, k, v and the gradients are copied to and from the heads' own layout.
+struct BatchedCausalAttentionFn : torch::autograd::Function<BatchedCausalAttentionFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q_in,
                                const torch::Tensor& k_in, const torch::Tensor& v_in, double scale) {
     const int64_t B = q_in.size(0), H = q_in.size(1), T = q_in.size(2), D = q_in.size(3);
@@ -214,6 +278,124 @@ struct CausalAttentionFn : torch::autograd::Function<CausalAttentionFn> {
   }
 };
 
+// ---- Per head: one thread takes a head through all its blocks, on the BLAS ------------------
+// One parallel region for the forward and one for the backward, over the B H heads; a head's
+// q, k, v (T x D) and its blocks stay in the thread's cache. The products read and write each
+// tensor in place through its strides (the model's (B, T, H, D) layout viewed as (B, H, T, D)),
+// so nothing is copied to or from the heads' layout.
+
+// A (B, H, T, D) tensor's heads as BLAS operands: head bh = b H + h starts at b stride(0) +
+// h stride(1), its rows stride(2) apart; stride(3) is 1 (heads_ready).
+template <class T>
+struct HeadRows {
+  T* data;
+  int64_t heads, batch_stride, head_stride, ld;
+  explicit HeadRows(const torch::Tensor& t)
+      : data(t.data_ptr<T>()),
+        heads(t.size(1)),
+        batch_stride(t.stride(0)),
+        head_stride(t.stride(1)),
+        ld(t.stride(2)) {}
+  T* head(int64_t bh) const { return data + bh / heads * batch_stride + bh % heads * head_stride; }
+};
+
+// t itself where its rows are BLAS operands (unit stride along D, rows at least D apart), else a
+// contiguous copy.
+torch::Tensor heads_ready(const torch::Tensor& t) {
+  return t.stride(3) == 1 && t.stride(2) >= t.size(3) ? t : t.contiguous();
+}
+
+// Where each block's softmax starts within a head's kept values (rows x keys per block), and
+// their total as the last entry.
+std::vector<int64_t> block_offsets(int64_t T) {
+  std::vector<int64_t> off = {0};
+  for (int64_t q0 = 0, tb = block_rows(T); q0 < T; q0 += tb)
+    off.push_back(off.back() + (std::min(T, q0 + tb) - q0) * std::min(T, q0 + tb));
+  return off;
+}
+
+// An empty (B, H, T, D) in the model's (B, T, H, D) layout.
+torch::Tensor empty_heads(const torch::Tensor& like) {
+  return torch::empty({like.size(0), like.size(2), like.size(1), like.size(3)}, like.options())
+      .transpose(1, 2);
+}
+
+struct HeadsCausalAttentionFn : torch::autograd::Function<HeadsCausalAttentionFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q_in,
+                               const torch::Tensor& k_in, const torch::Tensor& v_in, double scale) {
+    const torch::Tensor q = heads_ready(q_in), k = heads_ready(k_in), v = heads_ready(v_in);
+    const int64_t BH = q.size(0) * q.size(1), T = q.size(2), D = q.size(3), tb = block_rows(T);
+    const std::vector<int64_t> off = block_offsets(T);
+    torch::Tensor o = empty_heads(q);
+    torch::Tensor p = torch::empty({BH, off.back()}, q.options());
+    AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "normlab_causal_attention_heads", [&] {
+      const HeadRows<scalar_t> Q(q), K(k), V(v), O(o);
+      scalar_t* pp = p.data_ptr<scalar_t>();
+      const auto sc = static_cast<scalar_t>(scale);
+      at::parallel_for(0, BH, 1, [&](int64_t h0, int64_t h1) {
+        for (int64_t bh = h0; bh < h1; ++bh) {
+          const scalar_t *qh = Q.head(bh), *kh = K.head(bh), *vh = V.head(bh);
+          scalar_t* oh = O.head(bh);
+          for (int64_t q0 = 0, i = 0; q0 < T; q0 += tb, ++i) {
+            const int64_t q1 = std::min(T, q0 + tb), rows = q1 - q0;
+            scalar_t* s = pp + bh * off.back() + off[i];
+            blas::gemm(false, true, rows, q1, D, 1, qh + q0 * Q.ld, Q.ld, kh, K.ld, 0, s, q1);
+            for (int64_t r = 0; r < rows; ++r)
+              softmax_row_any<scalar_t>(s + r * q1, q0 + r + 1, q1, sc);
+            blas::gemm(false, false, rows, D, q1, 1, s, q1, vh, V.ld, 0, oh + q0 * O.ld, O.ld);
+          }
+        }
+      });
+    });
+    ctx->save_for_backward({q, k, v, o, p});
+    ctx->saved_data["scale"] = scale;
+    return o;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3], &p = saved[4];
+    const double scale = ctx->saved_data["scale"].toDouble();
+    const torch::Tensor go = heads_ready(grads[0]);
+    const int64_t BH = q.size(0) * q.size(1), T = q.size(2), D = q.size(3), tb = block_rows(T);
+    const std::vector<int64_t> off = block_offsets(T);
+    torch::Tensor dq = empty_heads(q), dk = empty_heads(k), dv = empty_heads(v);
+    AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "normlab_causal_attention_heads_backward", [&] {
+      const HeadRows<scalar_t> Q(q), K(k), V(v), O(o), GO(go), DQ(dq), DK(dk), DV(dv);
+      const scalar_t* pp = p.data_ptr<scalar_t>();
+      const auto sc = static_cast<scalar_t>(scale);
+      at::parallel_for(0, BH, 1, [&](int64_t h0, int64_t h1) {
+        std::vector<scalar_t> ds(static_cast<size_t>(tb * T)), delta(static_cast<size_t>(T));
+        for (int64_t bh = h0; bh < h1; ++bh) {
+          const scalar_t *qh = Q.head(bh), *kh = K.head(bh), *vh = V.head(bh), *oh = O.head(bh);
+          const scalar_t* goh = GO.head(bh);
+          scalar_t *dqh = DQ.head(bh), *dkh = DK.head(bh), *dvh = DV.head(bh);
+          for (int64_t t = 0; t < T; ++t)  // delta = rowsum(do * o)
+            delta[t] = dot_any<scalar_t>(goh + t * GO.ld, oh + t * O.ld, D);
+          // Last block first: it sees every key, so it writes dk and dv whole (beta 0) and the
+          // blocks before it add to their first rows.
+          for (int64_t i = static_cast<int64_t>(off.size()) - 2; i >= 0; --i) {
+            const int64_t q0 = i * tb, q1 = std::min(T, q0 + tb), rows = q1 - q0;
+            const scalar_t beta = q1 == T ? 0 : 1;
+            const scalar_t* ph = pp + bh * off.back() + off[i];
+            const scalar_t* go_i = goh + q0 * GO.ld;
+            blas::gemm(true, false, q1, D, rows, 1, ph, q1, go_i, GO.ld, beta, dvh, DV.ld);
+            blas::gemm(false, true, rows, q1, D, 1, go_i, GO.ld, vh, V.ld, 0, ds.data(), q1);
+            for (int64_t r = 0; r < rows; ++r)
+              softmax_backward_row_any<scalar_t>(ds.data() + r * q1, ph + r * q1, delta[q0 + r],
+                                                 q0 + r + 1, q1, sc);
+            blas::gemm(false, false, rows, D, q1, 1, ds.data(), q1, kh, K.ld, 0, dqh + q0 * DQ.ld,
+                       DQ.ld);
+            blas::gemm(true, false, q1, D, rows, 1, ds.data(), q1, qh + q0 * Q.ld, Q.ld, beta, dkh,
+                       DK.ld);
+          }
+        }
+      });
+    });
+    return {dq, dk, dv, torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 bool causal_attention_fits(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
@@ -228,19 +410,34 @@ bool causal_attention_fits(const torch::Tensor& q, const torch::Tensor& k, const
   return T <= kCausalAttentionMaxTokens && kept <= kCausalAttentionMaxKeptBytes;
 }
 
-bool causal_attention_preferred(int64_t tokens) {
+CausalAttentionPath causal_attention_path(int64_t batch_heads) {
+  return blas::available() && batch_heads >= at::get_num_threads() ? CausalAttentionPath::PerHead
+                                                                   : CausalAttentionPath::Batched;
+}
+
+bool causal_attention_preferred(int64_t batch_heads, int64_t tokens) {
+  if (causal_attention_path(batch_heads) == CausalAttentionPath::PerHead) return true;
   static const bool avx512 = vector_isa() == "AVX512";  // ATen's capability, fixed for the process
   return !avx512 || tokens >= kCausalAttentionAvx512MinTokens;
 }
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, double scale) {
+  return causal_attention(q, k, v, scale, causal_attention_path(q.size(0) * q.size(1)));
+}
+
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, double scale, CausalAttentionPath path) {
   TORCH_CHECK(causal_attention_fits(q, k, v),
               "causal_attention: takes q, k, v of one shape (B, H, T, D), float32 or float64 on "
               "the CPU, T <= ",
               kCausalAttentionMaxTokens, " and the kept scores within ",
               kCausalAttentionMaxKeptBytes >> 20, " MiB: got ", q.sizes(), " ", q.scalar_type());
-  return CausalAttentionFn::apply(q, k, v, scale);
+  if (path == CausalAttentionPath::Batched) return BatchedCausalAttentionFn::apply(q, k, v, scale);
+  TORCH_CHECK(blas::available(),
+              "causal_attention: the per-head path needs the BLAS GEMMs that this LibTorch does "
+              "not export (docs/dependencies.md)");
+  return HeadsCausalAttentionFn::apply(q, k, v, scale);
 }
 
 }  // namespace normlab::fused

@@ -4,8 +4,9 @@
 //   rope(x, cos, sin)   = x * cos + cat(-x2, x1) * sin      x (B, T, H, D), tables (T, D)
 //   swiglu(u)           = silu(g) * v,  [v | g] = u          one pass each way (fused_swiglu.cpp)
 //   causal_attention(q, k, v, scale) = softmax(scale q k^T + causal mask) v
-//                                       batched products over blocks of queries, one-pass softmax
-//                                       and its backward between them (fused_attention.cpp)
+//                                       products over blocks of queries, one-pass softmax and its
+//                                       backward between them, a thread per head on the BLAS
+//                                       (fused_attention.cpp, nn/blas.h)
 //   linear(x, w)        = x w^T                             float32 GEMMs through oneDNN where
 //                                                            it runs (else ATen's linear)
 // Other devices and dtypes take the ATen ops. One op is CUDA-only (add_rms_norm.cpp, kernels in
@@ -31,24 +32,41 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight);
 /// computes it; the backward writes the gradient of u in one pass.
 torch::Tensor swiglu(const torch::Tensor& u);
 
+/// How causal_attention computes:
+///   PerHead  each thread takes whole heads, every block's products through the BLAS that
+///            LibTorch carries (nn/blas.h), reading q, k, v and writing the output and the
+///            gradients in their own strides: one parallel region each way, nothing copied.
+///   Batched  each block's products over all heads at once through ATen (at::bmm), on contiguous
+///            copies: the path where the BLAS is not available.
+enum class CausalAttentionPath { PerHead, Batched };
+
+/// PerHead where the BLAS runs and there are at least as many heads (batch x heads) as ATen has
+/// threads (it splits whole heads between them); Batched otherwise.
+CausalAttentionPath causal_attention_path(int64_t batch_heads);
+
 /// Causal attention over q, k, v (B, H, T, D) of one shape (grouped-query heads repeated first),
 /// float32 or float64 on the CPU: every query sees the keys up to its own position. Keeps each
 /// block's softmax for the backward, so only for what causal_attention_fits accepts (throws
-/// otherwise); AttentionImpl takes SDPA for the rest.
+/// otherwise); AttentionImpl takes SDPA for the rest. The output and, with PerHead, the
+/// gradients are laid out as (B, T, H, D) viewed as (B, H, T, D), the model's layout.
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, double scale);
+/// The same on the path given (PerHead throws where the BLAS is not available): for the tests
+/// and benchmarks that compare the two.
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, double scale, CausalAttentionPath path);
 
-/// The bounds of causal_attention: sequences up to this many tokens (the lengths where it was
-/// measured faster than SDPA's flash kernel, docs/performance-cpu.md), and the softmax blocks it
+/// The bounds of causal_attention: sequences up to this many tokens, and the softmax blocks it
 /// keeps for the backward (about B H T^2 / 2 values) within this many bytes a layer.
 constexpr int64_t kCausalAttentionMaxTokens = 512;
 constexpr int64_t kCausalAttentionMaxKeptBytes = int64_t{128} << 20;
 
-/// Whether causal attention over `tokens` tokens is faster as causal_attention than as SDPA's
-/// flash kernel in this CPU class (docs/performance-cpu.md): below AVX-512 (vector_isa() "AVX2"
-/// or "portable") at every length it takes, 1.16x to 1.68x; with AVX-512 above
-/// kCausalAttentionAvx512MinTokens - 1 tokens only (level or slower up to 256).
-bool causal_attention_preferred(int64_t tokens);
+/// Whether causal attention over `batch_heads` heads of `tokens` tokens is faster as
+/// causal_attention than as SDPA's flash kernel (docs/performance-cpu.md): on the PerHead path
+/// at every length it takes, in every CPU class; on the Batched path below AVX-512 (vector_isa()
+/// "AVX2" or "portable") at every length, with AVX-512 from kCausalAttentionAvx512MinTokens
+/// tokens only (level or slower up to 256).
+bool causal_attention_preferred(int64_t batch_heads, int64_t tokens);
 constexpr int64_t kCausalAttentionAvx512MinTokens = 257;
 
 /// True when causal_attention takes these: q, k, v of one shape (B, H, T, D), non-empty, one

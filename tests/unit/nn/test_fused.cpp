@@ -5,6 +5,7 @@
 #include <cmath>
 #include <iostream>
 
+#include "nn/blas.h"
 #include "normlab/nn/attention.h"
 #include "normlab/nn/fused.h"
 #include "normlab/nn/norm.h"
@@ -127,42 +128,82 @@ TEST(Fused, SwiGluMatchesTheComposition) {
 // 75, the last one partial). float32 against float64: the products sum 64 to 300 terms, so
 // their float32 error is up to about 300 x 6e-8 = 2e-5 of the largest value; 5e-5 leaves a
 // margin, and a query that misses its own key (or sees the next) is off by 1e-2 or more.
+// The paths causal_attention takes here: PerHead where the BLAS runs (a head count past any
+// thread count), and Batched always.
+std::vector<fused::CausalAttentionPath> attention_paths() {
+  std::vector<fused::CausalAttentionPath> paths = {fused::CausalAttentionPath::Batched};
+  if (fused::causal_attention_path(int64_t{1} << 30) == fused::CausalAttentionPath::PerHead)
+    paths.push_back(fused::CausalAttentionPath::PerHead);
+  return paths;
+}
+
+const char* path_name(fused::CausalAttentionPath path) {
+  return path == fused::CausalAttentionPath::PerHead ? "per head" : "batched";
+}
+
 TEST(Fused, CausalAttentionMatchesSdpa) {
   std::cout << "softmax float32 loops here: " << fused::vector_isa() << std::endl;
   const auto sdpa = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
     return at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, /*is_causal=*/true, 0.125);
   };
-  for (const int64_t T : {37, 300}) {
-    torch::manual_seed(4);
-    // (B, T, H, D) viewed as (B, H, T, D), as the model lays them out.
-    const auto make = [&] {
-      return (torch::randn({2, T, 3, 64}, torch::kDouble) * 2).requires_grad_();
-    };
-    const torch::Tensor q = make(), k = make(), v = make();
-    const auto heads = [](const torch::Tensor& x) { return x.transpose(1, 2); };
-    expect_same([&] { return fused::causal_attention(heads(q), heads(k), heads(v), 0.125); },
-                [&] { return sdpa(heads(q), heads(k), heads(v)); }, {q, k, v}, 1e-10);
-    const auto f32 = [](const torch::Tensor& x) {
-      return x.detach().to(torch::kFloat).requires_grad_();
-    };
-    const torch::Tensor q32 = f32(q), k32 = f32(k), v32 = f32(v);
-    const torch::Tensor y = fused::causal_attention(heads(q32), heads(k32), heads(v32), 0.125);
-    const torch::Tensor y_ref = sdpa(heads(q), heads(k), heads(v));
-    EXPECT_TRUE(close(y, y_ref, 5e-5)) << "float32 values, length " << T;
-    const torch::Tensor r = torch::randn_like(y_ref);
-    const auto g = torch::autograd::grad({(y * r.to(torch::kFloat)).sum()}, {q32, k32, v32});
-    const auto g_ref = torch::autograd::grad({(y_ref * r).sum()}, {q, k, v});
-    for (size_t i = 0; i < 3; ++i)
-      EXPECT_TRUE(close(g[i], g_ref[i], 5e-5)) << "float32 gradient " << i << ", length " << T;
+  for (const auto path : attention_paths()) {
+    SCOPED_TRACE(path_name(path));
+    const auto attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                            double scale) { return fused::causal_attention(q, k, v, scale, path); };
+    for (const int64_t T : {37, 300}) {
+      torch::manual_seed(4);
+      // (B, T, H, D) viewed as (B, H, T, D), as the model lays them out.
+      const auto make = [&] {
+        return (torch::randn({2, T, 3, 64}, torch::kDouble) * 2).requires_grad_();
+      };
+      const torch::Tensor q = make(), k = make(), v = make();
+      const auto heads = [](const torch::Tensor& x) { return x.transpose(1, 2); };
+      expect_same([&] { return attend(heads(q), heads(k), heads(v), 0.125); },
+                  [&] { return sdpa(heads(q), heads(k), heads(v)); }, {q, k, v}, 1e-10);
+      const auto f32 = [](const torch::Tensor& x) {
+        return x.detach().to(torch::kFloat).requires_grad_();
+      };
+      const torch::Tensor q32 = f32(q), k32 = f32(k), v32 = f32(v);
+      const torch::Tensor y = attend(heads(q32), heads(k32), heads(v32), 0.125);
+      const torch::Tensor y_ref = sdpa(heads(q), heads(k), heads(v));
+      EXPECT_TRUE(close(y, y_ref, 5e-5)) << "float32 values, length " << T;
+      const torch::Tensor r = torch::randn_like(y_ref);
+      const auto g = torch::autograd::grad({(y * r.to(torch::kFloat)).sum()}, {q32, k32, v32});
+      const auto g_ref = torch::autograd::grad({(y_ref * r).sum()}, {q, k, v});
+      for (size_t i = 0; i < 3; ++i)
+        EXPECT_TRUE(close(g[i], g_ref[i], 5e-5)) << "float32 gradient " << i << ", length " << T;
+    }
+    // Heads of other strides: contiguous (B, H, T, D), and rows whose last dimension is strided
+    // (not a BLAS operand as it stands), against the same values laid out contiguously.
+    torch::manual_seed(5);
+    const torch::Tensor base = torch::randn({2, 3, 70, 16}, torch::kDouble).requires_grad_();
+    const torch::Tensor wide = torch::randn({2, 3, 16, 70}, torch::kDouble).requires_grad_();
+    expect_same([&] { return attend(base, wide.transpose(2, 3), base * 0.5, 0.125); },
+                [&] { return sdpa(base, wide.transpose(2, 3).contiguous(), base * 0.5); },
+                {base, wide}, 1e-10);
+    // A NaN key at position 50 reaches the queries from 50 on, never the ones before.
+    torch::Tensor k = torch::randn({1, 2, 80, 16});
+    k.index_put_({0, 1, 50, 3}, std::nanf(""));
+    const torch::Tensor y =
+        attend(torch::randn({1, 2, 80, 16}), k, torch::randn({1, 2, 80, 16}), 0.25);
+    EXPECT_FALSE(torch::isnan(y.narrow(2, 0, 50)).any().item<bool>());
+    EXPECT_TRUE(torch::isnan(y[0][1].narrow(0, 50, 30)).all().item<bool>());
+    EXPECT_FALSE(torch::isnan(y[0][0]).any().item<bool>());
   }
-  // A NaN key at position 50 reaches the queries from 50 on, never the ones before.
-  torch::Tensor k = torch::randn({1, 2, 80, 16});
-  k.index_put_({0, 1, 50, 3}, std::nanf(""));
+}
+
+// The per-head path writes its output and the three gradients in the model's layout (B, T, H,
+// D), so that the projections around it read them without a copy.
+TEST(Fused, CausalAttentionPerHeadKeepsTheModelsLayout) {
+  if (attention_paths().size() < 2) GTEST_SKIP() << "no BLAS GEMM in this LibTorch";
+  const auto make = [] { return torch::randn({2, 40, 4, 8}).requires_grad_(); };
+  const torch::Tensor q = make(), k = make(), v = make();
   const torch::Tensor y =
-      fused::causal_attention(torch::randn({1, 2, 80, 16}), k, torch::randn({1, 2, 80, 16}), 0.25);
-  EXPECT_FALSE(torch::isnan(y.narrow(2, 0, 50)).any().item<bool>());
-  EXPECT_TRUE(torch::isnan(y[0][1].narrow(0, 50, 30)).all().item<bool>());
-  EXPECT_FALSE(torch::isnan(y[0][0]).any().item<bool>());
+      fused::causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), 0.3,
+                              fused::CausalAttentionPath::PerHead);
+  EXPECT_TRUE(y.transpose(1, 2).is_contiguous());
+  y.transpose(1, 2).reshape({2, 40, 32}).sum().backward();
+  for (const torch::Tensor& x : {q, k, v}) EXPECT_TRUE(x.grad().is_contiguous());
 }
 
 TEST(Fused, CausalAttentionTakesOnlyWhatFits) {
@@ -179,19 +220,62 @@ TEST(Fused, CausalAttentionTakesOnlyWhatFits) {
   const torch::Tensor many = torch::zeros({64, 8, 512, 8});
   EXPECT_FALSE(fused::causal_attention_fits(many, many, many));
   EXPECT_THROW(fused::causal_attention(longer, longer, longer, 1.0), c10::Error);
-  // The class decides at short lengths: SDPA's flash kernel with AVX-512 (as fast or faster up to
-  // 256 tokens), normlab's below it; normlab's from 257 tokens to the bound in every class.
+  // PerHead takes whole heads: with fewer heads than threads the batched path runs.
+  const bool blas = attention_paths().size() == 2;
+  const int threads = at::get_num_threads();
+  EXPECT_EQ(fused::causal_attention_path(threads) == fused::CausalAttentionPath::PerHead, blas);
+  EXPECT_EQ(fused::causal_attention_path(threads - 1), fused::CausalAttentionPath::Batched);
+  // PerHead was faster than SDPA's flash kernel at every length in every class; the batched path
+  // only below AVX-512 or from 257 tokens (with AVX-512 as fast or slower up to 256).
   const bool avx512 = fused::vector_isa() == "AVX512";
-  EXPECT_EQ(fused::causal_attention_preferred(128), !avx512);
-  EXPECT_EQ(fused::causal_attention_preferred(256), !avx512);
-  EXPECT_TRUE(fused::causal_attention_preferred(fused::kCausalAttentionAvx512MinTokens));
-  // The model's attention names the path its training steps take.
+  EXPECT_EQ(fused::causal_attention_preferred(threads, 128), blas || !avx512);
+  EXPECT_EQ(fused::causal_attention_preferred(threads, 256), blas || !avx512);
+  EXPECT_EQ(fused::causal_attention_preferred(threads - 1, 256), !avx512);
+  EXPECT_TRUE(
+      fused::causal_attention_preferred(threads - 1, fused::kCausalAttentionAvx512MinTokens));
+  // The model's attention names the path its training steps take (2 x 4 heads).
   const std::string own = "normlab (products over causal blocks)";
   const AttentionOptions o = AttentionOptions(64, 4);
   EXPECT_EQ(attention_backend(o, 2, 300, torch::kFloat), own);
-  EXPECT_EQ(attention_backend(o, 2, 128, torch::kFloat) == own, !avx512);
+  EXPECT_EQ(attention_backend(o, 2, 128, torch::kFloat) == own, !avx512 || (blas && threads <= 8));
   EXPECT_NE(attention_backend(o, 2, 300, torch::kBFloat16), own);
   EXPECT_NE(attention_backend(o, 2, fused::kCausalAttentionMaxTokens * 2, torch::kFloat), own);
+}
+
+// The BLAS products the per-head attention makes, against at::mm: every transposition, row
+// strides wider than the rows, beta 0 over NaN (written, not read) and beta 1 (added to).
+template <class T>
+void expect_blas_gemm_matches_mm(torch::ScalarType dtype, double tol) {
+  const int64_t m = 5, n = 7, k = 3, pad = 2;
+  for (const bool ta : {false, true})
+    for (const bool tb : {false, true}) {
+      SCOPED_TRACE(std::string(ta ? "a^T" : "a") + (tb ? " b^T" : " b"));
+      // Operands stored as the BLAS reads them, each row `pad` wider than it is used.
+      const torch::Tensor a_store = torch::randn({ta ? k : m, (ta ? m : k) + pad}, dtype);
+      const torch::Tensor b_store = torch::randn({tb ? n : k, (tb ? k : n) + pad}, dtype);
+      const torch::Tensor a = a_store.narrow(1, 0, ta ? m : k),
+                          b = b_store.narrow(1, 0, tb ? k : n);
+      const torch::Tensor want = at::mm(ta ? a.t() : a, tb ? b.t() : b);
+      torch::Tensor c = torch::full({m, n + pad}, std::nan(""), dtype);
+      fused::blas::gemm(ta, tb, m, n, k, T(1), a_store.data_ptr<T>(), a_store.size(1),
+                        b_store.data_ptr<T>(), b_store.size(1), T(0), c.data_ptr<T>(), n + pad);
+      EXPECT_TRUE(close(c.narrow(1, 0, n), want, tol)) << "beta 0";
+      EXPECT_TRUE(torch::isnan(c.narrow(1, n, pad)).all().item<bool>()) << "past the rows";
+      fused::blas::gemm(ta, tb, m, n, k, T(2), a_store.data_ptr<T>(), a_store.size(1),
+                        b_store.data_ptr<T>(), b_store.size(1), T(1), c.data_ptr<T>(), n + pad);
+      EXPECT_TRUE(close(c.narrow(1, 0, n), want * 3, tol)) << "beta 1, alpha 2";
+    }
+}
+
+TEST(Fused, BlasGemmMatchesMm) {
+  // A BLAS that links must pass the run-time check (else the per-head attention never runs).
+  EXPECT_EQ(fused::blas::available(), fused::blas::linked());
+  if (!fused::blas::available()) GTEST_SKIP() << "no BLAS GEMM in this LibTorch";
+  expect_blas_gemm_matches_mm<double>(torch::kDouble, 1e-12);
+  expect_blas_gemm_matches_mm<float>(torch::kFloat, 1e-5);
+  EXPECT_THROW(fused::blas::gemm(false, false, int64_t{1} << 31, 1, 1, 1.0f, nullptr, 1, nullptr, 1,
+                                 0.0f, nullptr, 1),
+               c10::Error);
 }
 
 // The kernels' at::parallel_for must reach ATen's threads: compiled without OpenMP (while
