@@ -44,7 +44,7 @@ void row_major(Fn fortran_gemm, bool trans_a, bool trans_b, int64_t m, int64_t n
   fortran_gemm(&ta, &tb, &mi, &ni, &ki, &alpha, b, &la, a, &lb, &beta, c, &lc);
 }
 
-// The products a, a^T b^T and a b (2 x 3 and 3 x 2 small integers, exact in any order of sums)
+// The products a b and a^T b^T (a 2 x 3, b 3 x 2, small integers: exact in any order of sums)
 // against the sums written out.
 template <class T>
 bool computes_known_products() {

@@ -121,8 +121,8 @@ if [ "$first" = bf16 ] || [ "$first" = fp32 ]; then
   fpt=$(sed -n 's/.* \([0-9.e+]*\) FLOP per token.*/\1/p' "$work/run/train.log" | head -1)
   rate_b=$(sort -g "$work/rates_best" | tail -1) rate_m=$(median < "$work/rates")
   awk -v f="$fpt" -v t=$((micro * T)) -v b="$base_b" -v m="$base_m" -v rb="$rate_b" -v rm="$rate_m" -v s="$first" 'BEGIN {
-    printf "normlab %s: best step %.1f GFLOP/s of model FLOPs against the fastest fp32 matmul call of this run (2048^3) %.1f GFLOP/s: %.0f %%;\n",
+    printf "normlab %s: best step %.1f GFLOP/s of model FLOPs against the fastest fp32 matmul call of this run (2048^3) %.1f GFLOP/s: %.1f %%;\n",
       s, f * t / b / 1e9, rb / 1e9, 100 * f * t / b / rb
-    printf "  median step %.1f GFLOP/s against the median matmul rate %.1f GFLOP/s: %.0f %%\n",
+    printf "  median step %.1f GFLOP/s against the median matmul rate %.1f GFLOP/s: %.1f %%\n",
       f * t / m / 1e9, rm / 1e9, 100 * f * t / m / rm }'
 fi
