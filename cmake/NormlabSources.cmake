@@ -47,6 +47,7 @@ set(NORMLAB_SOURCES
   nn/blas.cpp
   nn/fused.cpp
   nn/fused_attention.cpp
+  nn/fused_cross_entropy.cpp
   nn/fused_swiglu.cpp
   nn/experts.cpp
   nn/init.cpp

@@ -109,7 +109,7 @@ LossOutput DecoderLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor&
   const torch::Tensor flat = out.logits.reshape({-1, config.vocab_size});
   const torch::Tensor logits32 =
       flat.scalar_type() == torch::kDouble ? flat : flat.to(torch::kFloat);
-  out.ce = torch::cross_entropy_loss(logits32, targets.reshape({-1}));
+  out.ce = fused::cross_entropy(logits32, targets.reshape({-1}));
   out.loss = out.ce;
   if (z_loss > 0.0) {
     out.z = torch::logsumexp(logits32, /*dim=*/-1).pow(2).mean();

@@ -7,8 +7,10 @@
 //            over (batch, tokens, d_model), and fused::rope against x cos + rotate(x) sin over
 //            (batch, tokens, heads, d_model / heads), fused::swiglu against silu(g) * v over
 //            (batch, tokens, 2 d_ff), and fused::causal_attention against SDPA (the flash kernel)
-//            over (batch, heads, tokens, d_model / heads); and fused::linear (oneDNN's matmul where
-//            it runs) against torch::linear at the model's five linear shapes.
+//            over (batch, heads, tokens, d_model / heads), fused::cross_entropy against
+//            torch::cross_entropy_loss over (batch x tokens, vocab); and fused::linear (oneDNN's
+//            matmul where it runs) against torch::linear at the model's five linear shapes. Both
+//            sides allocate through normlab train's caching CPU allocator (util/cpu_allocator.h).
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
@@ -19,6 +21,7 @@
 #include <functional>
 
 #include "normlab/nn/fused.h"
+#include "normlab/util/cpu_allocator.h"
 
 using Clock = std::chrono::steady_clock;
 
@@ -108,6 +111,19 @@ void bench_cpu(int64_t batch, int64_t tokens, int64_t d_model, int64_t heads, in
         });
   else
     std::printf("  %-42s (past normlab's bounds: SDPA both sides)\n", name);
+  // The loss over the LM head's logits: the mean cross-entropy, forward and backward.
+  const torch::Tensor logits = torch::randn({batch * tokens, vocab}).requires_grad_();
+  const torch::Tensor targets = torch::randint(vocab, {batch * tokens}, torch::kLong);
+  std::snprintf(name, sizeof name, "cross-entropy (%lld x %lld), %s",
+                static_cast<long long>(batch * tokens), static_cast<long long>(vocab),
+                normlab::fused::vector_isa().c_str());
+  const auto loss_backward = [&](const torch::Tensor& loss) {  // as in a step: no gradient sum
+    loss.backward();
+    logits.mutable_grad().reset();
+  };
+  row(
+      name, [&] { loss_backward(torch::cross_entropy_loss(logits, targets)); },
+      [&] { loss_backward(normlab::fused::cross_entropy(logits, targets)); });
   // The model's linear layers: fused::linear (oneDNN's matmul where it runs, else ATen's) against
   // torch::linear; the input and the weight take gradients, as in training.
   const torch::Tensor in = torch::randn({batch * tokens, d_model}).requires_grad_();
@@ -141,9 +157,9 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "timed repetitions (median)")->capture_default_str();
   bool cpu = false;
   int64_t batch = 8, tokens = 256, d_model = 512, heads = 8, d_ff = 1376, vocab = 4096;
-  app.add_flag(
-      "--cpu", cpu,
-      "the CPU kernels (RMSNorm, RoPE, SwiGLU, attention, linear) instead of the CUDA one");
+  app.add_flag("--cpu", cpu,
+               "the CPU kernels (RMSNorm, RoPE, SwiGLU, attention, cross-entropy, linear) instead "
+               "of the CUDA one");
   app.add_option("--batch", batch, "--cpu: batch")->capture_default_str();
   app.add_option("--tokens", tokens, "--cpu: tokens per sequence")->capture_default_str();
   app.add_option("--d-model", d_model, "--cpu: d_model")->capture_default_str();
@@ -160,6 +176,10 @@ int main(int argc, char** argv) {
                    static_cast<long long>(d_model), static_cast<long long>(heads));
       return 2;
     }
+    // As in `normlab train`: freed blocks are reused, so neither side pays page faults for
+    // its large outputs (the cross-entropy's 32 MB gradient, say) in every call.
+    static normlab::CpuCachingAllocator cache;
+    cache.install();
     bench_cpu(batch, tokens, d_model, heads, d_ff, vocab, reps);
     return 0;
   }

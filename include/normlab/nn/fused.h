@@ -7,6 +7,9 @@
 //                                       products over blocks of queries, one-pass softmax and its
 //                                       backward between them, a thread per head on the BLAS
 //                                       (fused_attention.cpp, nn/blas.h)
+//   cross_entropy(x, t) = mean_i (logsumexp(x_i) - x_i,t_i)  rows of target -100 left out, as
+//                                       torch::cross_entropy_loss; one pass over a row each way
+//                                       (fused_cross_entropy.cpp)
 //   linear(x, w)        = x w^T                             float32 GEMMs through oneDNN where
 //                                                            it runs (else ATen's linear)
 // Other devices and dtypes take the ATen ops. One op is CUDA-only (add_rms_norm.cpp, kernels in
@@ -14,7 +17,7 @@
 //   add_rms_norm(x, b, d, w) = (r, w * r * rsqrt(mean(r^2) + eps)),  r = x + b / d
 // the residual add of a sub-layer and the RMSNorm that follows it, in one pass per row.
 // Measured effect on a training step: docs/performance-cpu.md, which also lists what was
-// tried and dropped (a one-pass cross-entropy was no faster than ATen's).
+// tried and dropped.
 #pragma once
 
 #include <torch/types.h>
@@ -31,6 +34,11 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight);
 /// silu(g) * v over u = [v | g] (the last dimension split in two halves), as the SwiGLU MLP
 /// computes it; the backward writes the gradient of u in one pass.
 torch::Tensor swiglu(const torch::Tensor& u);
+/// The mean cross-entropy of logits (N, V) against targets (N, int64), torch::cross_entropy_loss
+/// with its defaults: rows whose target is -100 are left out of the mean (NaN when none is
+/// left), any other target outside [0, V) throws. The backward writes the logits' gradient in
+/// one pass. Other devices, dtypes and shapes take torch::cross_entropy_loss.
+torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets);
 
 /// How causal_attention computes:
 ///   PerHead  each thread takes whole heads, every block's products through the BLAS that
