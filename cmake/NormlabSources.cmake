@@ -1,5 +1,9 @@
 # The library's sources, listed explicitly for review; tests/check_source_list.cmake fails
-# when this list and the files under src/ disagree. Paths are relative to src/.
+# when these lists and the files under src/ disagree. Paths are relative to src/.
+#   NORMLAB_KERNEL_SOURCES       the kernels wing's C++ (src/kernels/): one object library,
+#                                compiled with LibTorch's OpenMP flags (src/CMakeLists.txt)
+#   NORMLAB_CUDA_KERNEL_SOURCES  its CUDA sources, compiled by nvcc where NORMLAB_CUDA is on
+#   NORMLAB_SOURCES              everything else
 set(NORMLAB_SOURCES
   config/config.cpp
   config/config_io.cpp
@@ -41,14 +45,8 @@ set(NORMLAB_SOURCES
   eval/mfu.cpp
   eval/tasks.cpp
   nn/activation_checkpointing.cpp
-  nn/add_rms_norm.cpp
   nn/aux_loss.cpp
   nn/attention.cpp
-  nn/blas.cpp
-  nn/fused.cpp
-  nn/fused_attention.cpp
-  nn/fused_cross_entropy.cpp
-  nn/fused_swiglu.cpp
   nn/experts.cpp
   nn/init.cpp
   nn/kv_cache.cpp
@@ -117,4 +115,20 @@ set(NORMLAB_SOURCES
   util/safetensors.cpp
   util/safetensors_format.cpp
   util/tensorboard.cpp
+)
+
+set(NORMLAB_KERNEL_SOURCES
+  kernels/cpu/blas.cpp
+  kernels/cpu/capabilities.cpp
+  kernels/cpu/causal_attention.cpp
+  kernels/cpu/cross_entropy.cpp
+  kernels/cpu/onednn_linear.cpp
+  kernels/cpu/rms_norm.cpp
+  kernels/cpu/rope.cpp
+  kernels/cpu/swiglu.cpp
+  kernels/cuda/add_rms_norm.cpp
+)
+
+set(NORMLAB_CUDA_KERNEL_SOURCES
+  kernels/cuda/add_rms_norm.cu
 )

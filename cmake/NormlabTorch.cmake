@@ -61,7 +61,7 @@ find_package(Torch REQUIRED)
 message(STATUS "normlab: LibTorch ${Torch_VERSION} from ${NORMLAB_TORCH_PREFIX}")
 
 # oneDNN's matmul is exported by LibTorch (at::native::mkldnn_matmul) but has no installed
-# header; src/nn/fused.cpp declares it when this check compiles and links against the library
+# header; src/kernels/cpu/onednn_linear.cpp declares it when this check compiles and links against the library
 # files directly (the imported targets do not carry into a check project).
 if(NOT DEFINED NORMLAB_HAVE_ONEDNN_MATMUL)
   include(CheckCXXSourceCompiles)
@@ -80,7 +80,7 @@ message(STATUS "normlab: oneDNN matmul from LibTorch: ${NORMLAB_HAVE_ONEDNN_MATM
 
 # The Fortran BLAS GEMMs that LibTorch carries (MKL's sgemm_/dgemm_ in the x86-64 wheels, with
 # the 32-bit integers ATen itself declares them with): the per-head products of
-# fused::causal_attention (src/nn/blas.cpp). Checked the same way.
+# kernels::causal_attention (src/kernels/cpu/blas.cpp). Checked the same way.
 if(NOT DEFINED NORMLAB_HAVE_BLAS_GEMM)
   include(CheckCXXSourceCompiles)
   file(READ ${CMAKE_CURRENT_LIST_DIR}/checks/blas_gemm.cpp _blas_check)
@@ -92,10 +92,11 @@ if(NOT DEFINED NORMLAB_HAVE_BLAS_GEMM)
 endif()
 message(STATUS "normlab: BLAS GEMM (sgemm_, dgemm_) from LibTorch: ${NORMLAB_HAVE_BLAS_GEMM}")
 
-# normlab's own CPU kernels (src/nn/fused.cpp) split their rows with at::parallel_for. That
+# normlab's own CPU kernels (src/kernels/cpu/) split their rows with at::parallel_for. That
 # template is inline: it reaches LibTorch's OpenMP threads only in a source compiled with
 # OpenMP (ATen/ParallelOpenMP.h defines the parallel path under _OPENMP); anywhere else every
-# loop runs on the calling thread. So the kernels' source is compiled with OpenMP when LibTorch
+# loop runs on the calling thread. So the kernels' sources (the object library normlab_kernels,
+# src/CMakeLists.txt) are compiled with OpenMP when LibTorch
 # itself runs on OpenMP (ATen/Config.h: AT_PARALLEL_OPENMP 1), and links the same libgomp
 # (one soname, so one thread pool in the process).
 set(NORMLAB_KERNELS_OPENMP OFF)
@@ -107,7 +108,7 @@ endif()
 # names the library the process loads; else the compiler's.
 find_library(NORMLAB_TORCH_GOMP NAMES libgomp.so.1 gomp PATHS ${NORMLAB_TORCH_PREFIX}/lib
              NO_DEFAULT_PATH)
-set(_one_thread "normlab's CPU kernels (RMSNorm, RoPE) will run on one thread")
+set(_one_thread "normlab's CPU kernels (RMSNorm, RoPE, SwiGLU, attention, cross-entropy) will run on one thread")
 if(NOT _at_openmp)
   # LibTorch without OpenMP: at::parallel_for is its own, and needs no flag.
 elseif(NOT CMAKE_CXX_COMPILER_ID STREQUAL "GNU")

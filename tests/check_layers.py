@@ -19,10 +19,16 @@ Usage:
       current paths. Also reports current files missing from the mapping, mapping entries
       whose file does not exist, and new paths outside a layer folder. Exit 0 when clean.
 
+The kernels layer is entered through its public headers only (KERNELS_PUBLIC): nn through
+include/normlab/kernels/ops.h alone, the layers above it also through capabilities.h:
+        FILE:LINE: <layer> includes kernels (<header>): <why>
+
 The unit tests mirror the layers: every file under tests/unit/ sits in tests/unit/<layer>/, the
-layer it mainly tests (tests may include any layer; only the folder is checked):
+layer it mainly tests (tests may include any layer's public headers; only tests/unit/kernels/
+may include the kernels' private headers, src/kernels/...):
         FILE: unit test not in a layer folder               a file directly in tests/unit/ or in
                                                             a folder that is not a layer
+        FILE:LINE: unit test outside tests/unit/kernels/ includes a private kernels header (<header>)
 
 Includes understood: "normlab/<layer>/..." (quoted or <angled>), and quoted private headers of
 src/: relative to the including file's folder, then to src/ (e.g. "comm/backends.h" or
@@ -37,15 +43,34 @@ import sys
 # The layer order, lowest first. Equal rank = siblings: neither may include the other.
 LAYERS = {
     "util": 0,    # file I/O, safetensors, logging, names, errors
-    "nn": 1,      # norms, linear, rope, attention, mlp, init, schemes, model, loss, fused ops, kernels, activation checkpointing
-    "data": 1,    # tokenizer, shards, loader, text input, data prepare
-    "config": 2,  # the run configuration, its YAML, sweep grids
-    "distributed": 3,  # communicator, comm backends, FSDP
-    "eval": 4,    # evaluate, tasks, diagnostics, generate, info: what the trainer evaluates with
-    "train": 5,   # trainer, optimizer, schedule, checkpoints, stability, export
-    "sweep": 6,   # sweeps and their reports
-    "testing": 7,  # test support for normlab's and its users' tests (equivalence of two models)
+    "kernels": 1,  # normlab's own CPU and CUDA kernels (src/kernels/cpu, src/kernels/cuda)
+    "nn": 2,      # norms, linear, rope, attention, mlp, init, schemes, model, loss, activation checkpointing
+    "data": 2,    # tokenizer, shards, loader, text input, data prepare
+    "config": 3,  # the run configuration, its YAML, sweep grids
+    "distributed": 4,  # communicator, comm backends, FSDP
+    "eval": 5,    # evaluate, tasks, diagnostics, generate, info: what the trainer evaluates with
+    "train": 6,   # trainer, optimizer, schedule, checkpoints, stability, export
+    "sweep": 7,   # sweeps and their reports
+    "testing": 8,  # test support for normlab's and its users' tests (equivalence of two models)
 }
+
+# The kernels wing is entered through its public headers only: nn (the model) through the ops
+# header alone, the layers above it also through the capabilities header; its private headers
+# (src/kernels/...) are the wing's own, and among the unit tests only tests/unit/kernels/ may
+# include them.
+KERNELS_OPS = "include/normlab/kernels/ops.h"
+KERNELS_PUBLIC = {KERNELS_OPS, "include/normlab/kernels/capabilities.h"}
+
+
+def kernels_entry_problem(src_layer, target):
+    """Why a file of src_layer may not include `target` of the kernels layer, or None."""
+    if src_layer == "kernels":
+        return None
+    if target not in KERNELS_PUBLIC:
+        return "a private header of the kernels wing"
+    if src_layer == "nn" and target != KERNELS_OPS:
+        return "nn reaches the kernels through %s only" % KERNELS_OPS
+    return None
 
 ROOTS = ("include/normlab", "src")
 SUFFIXES = (".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh", ".h.in")
@@ -171,6 +196,12 @@ def unit_test_problems(repo):
             if len(parts) != 2 or parts[0] not in LAYERS:
                 problems.append("%s: unit test not in a layer folder (tests/unit/<layer>/: %s)"
                                 % (rel, ", ".join(LAYERS)))
+            if parts[0] == "kernels" or not name.endswith(SUFFIXES):
+                continue
+            for lineno, kind, inc in includes_of(os.path.join(dirpath, name)):
+                if kind == '"' and inc.startswith("kernels/"):
+                    problems.append("%s:%d: unit test outside tests/unit/kernels/ includes a private "
+                                    "kernels header (%s)" % (rel, lineno, inc))
     return problems, seen
 
 
@@ -198,6 +229,9 @@ def check_tree(repo):
                 problems.append("%s:%d: %s includes a header that does not exist (%s)" % (rel, lineno, layer, name))
             elif wrong_way(layer, dst):
                 problems.append("%s:%d: %s includes %s (%s)" % (rel, lineno, layer, dst, name))
+            elif dst == "kernels" and kernels_entry_problem(layer, target):
+                problems.append("%s:%d: %s includes kernels (%s): %s"
+                                % (rel, lineno, layer, name, kernels_entry_problem(layer, target)))
     return files, checked + tests_seen, problems
 
 

@@ -1,10 +1,10 @@
-# Fails when cmake/NormlabSources.cmake and the .cpp files under src/ disagree, so that no
+# Fails when cmake/NormlabSources.cmake and the .cpp and .cu files under src/ disagree, so that no
 # source is forgotten (or listed after it was deleted). Run by CTest as `source_list`.
 include(${LIST_FILE})
-file(GLOB_RECURSE on_disk RELATIVE ${SRC_DIR} ${SRC_DIR}/*.cpp)
+file(GLOB_RECURSE on_disk RELATIVE ${SRC_DIR} ${SRC_DIR}/*.cpp ${SRC_DIR}/*.cu)
 list(REMOVE_ITEM on_disk util/log.cpp)   # the spdlog target's source, outside the library list
 list(SORT on_disk)
-set(listed ${NORMLAB_SOURCES})
+set(listed ${NORMLAB_SOURCES} ${NORMLAB_KERNEL_SOURCES} ${NORMLAB_CUDA_KERNEL_SOURCES})
 list(SORT listed)
 if(NOT on_disk STREQUAL listed)
   set(missing ${on_disk})

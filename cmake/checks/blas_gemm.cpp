@@ -1,5 +1,5 @@
 // Configure-time check (cmake/NormlabTorch.cmake): does this LibTorch export the Fortran BLAS
-// GEMMs (sgemm_, dgemm_) that src/nn/blas.cpp declares? Compiled and linked, never run.
+// GEMMs (sgemm_, dgemm_) that src/kernels/cpu/blas.cpp declares? Compiled and linked, never run.
 extern "C" {
 void sgemm_(char* transa, char* transb, int* m, int* n, int* k, float* alpha, const float* a,
             int* lda, const float* b, int* ldb, float* beta, float* c, int* ldc);

@@ -1,5 +1,5 @@
 // Configure-time check (cmake/NormlabTorch.cmake): does this LibTorch export the oneDNN matmul
-// that src/nn/fused.cpp declares? Compiled and linked, never run.
+// that src/kernels/cpu/onednn_linear.cpp declares? Compiled and linked, never run.
 #include <ATen/ATen.h>
 
 namespace at::native {

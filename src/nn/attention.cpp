@@ -8,8 +8,8 @@
 #include <cmath>
 #include <optional>
 
+#include "normlab/kernels/ops.h"
 #include "normlab/nn/autocast.h"
-#include "normlab/nn/fused.h"
 #include "normlab/util/library_error.h"
 
 namespace normlab {
@@ -29,14 +29,14 @@ bool cpu_reduced_attention_fails(const torch::Tensor& q) {
 }
 
 // Whether the causal attention of q (B, H, T, D) and k, v (B, Hk, T, D) runs as normlab's
-// products over blocks of queries (fused::causal_attention): on the CPU in float32 or float64,
+// products over blocks of queries (kernels::causal_attention): on the CPU in float32 or float64,
 // outside autocast, within its bounds, and where it is the faster of the two in this CPU class
-// (fused.h); SDPA otherwise.
+// (kernels/ops.h); SDPA otherwise.
 bool own_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   return !at::autocast::is_autocast_enabled(at::kCPU) && k.scalar_type() == q.scalar_type() &&
          v.scalar_type() == q.scalar_type() && k.is_cpu() && v.is_cpu() &&
-         fused::causal_attention_fits(q, q, q) &&
-         fused::causal_attention_preferred(q.size(0) * q.size(1), q.size(2));
+         kernels::causal_attention_fits(q, q, q) &&
+         kernels::causal_attention_preferred(q.size(0) * q.size(1), q.size(2));
 }
 
 }  // namespace
@@ -135,8 +135,8 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& x) {
   if (causal && !mask.defined() && own_causal_attention(q, k, v)) {
     const int64_t rep = H / Hk;  // grouped-query heads: kv head h / rep serves query head h
     const torch::Tensor y =
-        fused::causal_attention(q, rep == 1 ? k : k.repeat_interleave(rep, 1),
-                                rep == 1 ? v : v.repeat_interleave(rep, 1), scale);
+        kernels::causal_attention(q, rep == 1 ? k : k.repeat_interleave(rep, 1),
+                                  rep == 1 ? v : v.repeat_interleave(rep, 1), scale);
     return out(y.transpose(1, 2).reshape({B, T, H * D}));
   }
   const bool upcast = cpu_reduced_attention_fails(q);

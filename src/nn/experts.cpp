@@ -6,7 +6,7 @@
 #include <regex>
 #include <vector>
 
-#include "normlab/nn/fused.h"
+#include "normlab/kernels/ops.h"
 #include "normlab/util/error.h"
 
 namespace normlab {
@@ -58,7 +58,7 @@ void ExpertsImpl::pretty_print(std::ostream& stream) const {
 
 torch::Tensor swiglu_expert(const torch::Tensor& rows, const torch::Tensor& up,
                             const torch::Tensor& down) {
-  return torch::linear(fused::swiglu(torch::linear(rows, up)), down);
+  return torch::linear(kernels::swiglu(torch::linear(rows, up)), down);
 }
 
 bool has_legacy_experts(const TensorDict& weights) {

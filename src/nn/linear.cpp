@@ -1,6 +1,6 @@
 #include "normlab/nn/linear.h"
 
-#include "normlab/nn/fused.h"
+#include "normlab/kernels/ops.h"
 
 #include <torch/torch.h>
 
@@ -10,7 +10,7 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, torch::Device 
   weight = register_parameter("weight", torch::zeros({out_features, in_features}, device));
 }
 
-torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return fused::linear(x, weight); }
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return kernels::linear(x, weight); }
 
 void LinearImpl::pretty_print(std::ostream& stream) const {
   stream << "normlab::Linear(" << weight.size(1) << " -> " << weight.size(0) << ")";

@@ -3,7 +3,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/torch.h>
 
-#include "normlab/nn/fused.h"
+#include "normlab/kernels/ops.h"
 
 namespace normlab {
 namespace {
@@ -27,8 +27,8 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
     for (int64_t r = 0; r < N; r += chunk_rows) {
       const int64_t n = std::min(chunk_rows, N - r);
       const torch::Tensor hc = h.narrow(0, r, n), tc = targets.narrow(0, r, n);
-      const torch::Tensor logits = fused::linear(hc, weight).to(acc);  // (n, V)
-      const torch::Tensor lse = torch::logsumexp(logits, 1);           // (n)
+      const torch::Tensor logits = kernels::linear(hc, weight).to(acc);  // (n, V)
+      const torch::Tensor lse = torch::logsumexp(logits, 1);             // (n)
       const torch::Tensor picked = logits.gather(1, tc.unsqueeze(1)).squeeze(1);
       ce_sum += (lse - picked).sum().to(torch::kDouble);
       if (z_loss > 0.0) z_sum += lse.pow(2).sum().to(torch::kDouble);

@@ -2,7 +2,7 @@
 
 #include <torch/torch.h>
 
-#include "normlab/nn/fused.h"
+#include "normlab/kernels/ops.h"
 
 namespace normlab {
 
@@ -11,7 +11,7 @@ MlpImpl::MlpImpl(int64_t d_model, int64_t d_ff, torch::Device device) {
   down = register_module("down", Linear(d_ff, d_model, device));
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return down(fused::swiglu(up(x))); }
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return down(kernels::swiglu(up(x))); }
 
 void MlpImpl::pretty_print(std::ostream& stream) const {
   stream << "normlab::Mlp(" << up->weight.size(1) << " -> " << down->weight.size(1) << " -> "

@@ -2,7 +2,7 @@
 
 #include <torch/torch.h>
 
-#include "normlab/nn/fused.h"
+#include "normlab/kernels/ops.h"
 #include "normlab/nn/init.h"
 #include "normlab/nn/loss.h"
 #include "normlab/util/library_error.h"
@@ -82,7 +82,7 @@ torch::Tensor DecoderLMImpl::forward(const torch::Tensor& tokens, const Probe& p
   const torch::Tensor z = hidden(tokens, probe);
   torch::Tensor logits;
   try {
-    logits = fused::linear(z, head_weight());
+    logits = kernels::linear(z, head_weight());
   } catch (...) {
     rethrow_with_context("forward of the LM head");
   }
@@ -109,7 +109,7 @@ LossOutput DecoderLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor&
   const torch::Tensor flat = out.logits.reshape({-1, config.vocab_size});
   const torch::Tensor logits32 =
       flat.scalar_type() == torch::kDouble ? flat : flat.to(torch::kFloat);
-  out.ce = fused::cross_entropy(logits32, targets.reshape({-1}));
+  out.ce = kernels::cross_entropy(logits32, targets.reshape({-1}));
   out.loss = out.ce;
   if (z_loss > 0.0) {
     out.z = torch::logsumexp(logits32, /*dim=*/-1).pow(2).mean();

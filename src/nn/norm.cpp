@@ -1,6 +1,6 @@
 #include "normlab/nn/norm.h"
 
-#include "normlab/nn/fused.h"
+#include "normlab/kernels/ops.h"
 
 #include <torch/torch.h>
 
@@ -18,7 +18,7 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x) {
   const torch::Tensor w = weight.defined() ? weight.to(xf.scalar_type()) : torch::Tensor();
   torch::Tensor y;
   if (options.type() == NormType::RmsNorm) {
-    y = fused::rms_norm(xf, w, options.eps());
+    y = kernels::rms_norm(xf, w, options.eps());
   } else {
     // An absent gain must be passed as nullopt: an undefined tensor would be used as a factor.
     y = torch::layer_norm(xf, {options.dim()},
@@ -31,8 +31,8 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x) {
 std::pair<torch::Tensor, torch::Tensor> NormImpl::add_forward(const torch::Tensor& x,
                                                               const torch::Tensor& b,
                                                               double divisor) {
-  if (options.type() == NormType::RmsNorm && fused::fusable_add_rms_norm(x, b, weight))
-    return fused::add_rms_norm(x, b, divisor, weight, options.eps());
+  if (options.type() == NormType::RmsNorm && kernels::fusable_add_rms_norm(x, b, weight))
+    return kernels::add_rms_norm(x, b, divisor, weight, options.eps());
   const torch::Tensor r = divisor == 1.0 ? x + b : x + b / divisor;
   return {r, forward(r)};
 }

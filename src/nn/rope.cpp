@@ -1,6 +1,6 @@
 #include "normlab/nn/rope.h"
 
-#include "normlab/nn/fused.h"
+#include "normlab/kernels/ops.h"
 
 #include <torch/torch.h>
 
@@ -18,7 +18,7 @@ RopeTables rope_tables(int64_t seq_len, int64_t head_dim, double theta, torch::D
 }
 
 torch::Tensor rope_apply(const torch::Tensor& x, const RopeTables& t) {
-  return fused::rope(x, t.cos, t.sin);
+  return kernels::rope(x, t.cos, t.sin);
 }
 
 }  // namespace normlab

@@ -2,7 +2,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "normlab/nn/fused.h"
+#include "normlab/kernels/capabilities.h"
+#include "normlab/kernels/ops.h"
 #include "normlab/util/device.h"
 #include "support.h"
 
@@ -17,7 +18,7 @@ TEST(GpuSmoke, MatmulMatchesCpu) {
 
 TEST(GpuSmoke, OwnKernelsBuiltForTheDevice) {
   NORMLAB_REQUIRE_CUDA();
-  EXPECT_FALSE(normlab::fused::own_kernels_archs().empty())
+  EXPECT_FALSE(normlab::kernels::own_kernels_archs().empty())
       << "normlab was built without its CUDA kernels";
 }
 
@@ -29,9 +30,9 @@ TEST(GpuKernels, AddRmsNormMatchesTheReference) {
   for (const auto& [rows, cols] :
        std::vector<std::pair<int64_t, int64_t>>{{1, 7}, {5, 64}, {1500, 1000}, {33, 2048}}) {
     SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(cols));
-    EXPECT_TRUE(normlab::fused::fusable_add_rms_norm(torch::zeros({rows, cols}, cuda),
-                                                     torch::zeros({rows, cols}, cuda),
-                                                     torch::ones({cols}, cuda)));
+    EXPECT_TRUE(normlab::kernels::fusable_add_rms_norm(torch::zeros({rows, cols}, cuda),
+                                                       torch::zeros({rows, cols}, cuda),
+                                                       torch::ones({cols}, cuda)));
     EXPECT_TRUE(normlab::test::add_rms_norm_matches_reference(cuda, torch::kFloat, torch::kFloat,
                                                               rows, cols, 1.0, 1e-5));
     EXPECT_TRUE(normlab::test::add_rms_norm_matches_reference(cuda, torch::kFloat, torch::kBFloat16,
@@ -42,8 +43,8 @@ TEST(GpuKernels, AddRmsNormMatchesTheReference) {
   // Not fusable: a bf16 stream with an fp32 branch, a non-contiguous input, a CPU gain.
   const torch::Tensor x = torch::zeros({4, 8}, cuda);
   EXPECT_FALSE(
-      normlab::fused::fusable_add_rms_norm(x.to(torch::kBFloat16), x, torch::ones({8}, cuda)));
-  EXPECT_FALSE(normlab::fused::fusable_add_rms_norm(torch::zeros({8, 4}, cuda).t(), x,
-                                                    torch::ones({8}, cuda)));
-  EXPECT_FALSE(normlab::fused::fusable_add_rms_norm(x, x, torch::ones({8})));
+      normlab::kernels::fusable_add_rms_norm(x.to(torch::kBFloat16), x, torch::ones({8}, cuda)));
+  EXPECT_FALSE(normlab::kernels::fusable_add_rms_norm(torch::zeros({8, 4}, cuda).t(), x,
+                                                      torch::ones({8}, cuda)));
+  EXPECT_FALSE(normlab::kernels::fusable_add_rms_norm(x, x, torch::ones({8})));
 }

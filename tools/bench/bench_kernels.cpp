@@ -1,14 +1,14 @@
 // normlab-bench-kernels: normlab's own kernels against the ATen composition each replaces,
 // forward and backward, side by side in one process; prints each median time and the ratio.
-//   default  the fused CUDA residual-add + RMSNorm (fused::add_rms_norm) against x + b, then
+//   default  the fused CUDA residual-add + RMSNorm (kernels::add_rms_norm) against x + b, then
 //            at::rms_norm in fp32, over the 1.3B model's residual stream (micro-batch x 2048
 //            tokens x d_model), on one GPU. Without a CUDA device it says so and exits 0.
-//   --cpu    the CPU kernels, fp32, on ATen's threads: fused::rms_norm against at::rms_norm
-//            over (batch, tokens, d_model), and fused::rope against x cos + rotate(x) sin over
-//            (batch, tokens, heads, d_model / heads), fused::swiglu against silu(g) * v over
-//            (batch, tokens, 2 d_ff), and fused::causal_attention against SDPA (the flash kernel)
-//            over (batch, heads, tokens, d_model / heads), fused::cross_entropy against
-//            torch::cross_entropy_loss over (batch x tokens, vocab); and fused::linear (oneDNN's
+//   --cpu    the CPU kernels, fp32, on ATen's threads: kernels::rms_norm against at::rms_norm
+//            over (batch, tokens, d_model), and kernels::rope against x cos + rotate(x) sin over
+//            (batch, tokens, heads, d_model / heads), kernels::swiglu against silu(g) * v over
+//            (batch, tokens, 2 d_ff), and kernels::causal_attention against SDPA (the flash kernel)
+//            over (batch, heads, tokens, d_model / heads), kernels::cross_entropy against
+//            torch::cross_entropy_loss over (batch x tokens, vocab); and kernels::linear (oneDNN's
 //            matmul where it runs) against torch::linear at the model's five linear shapes. Both
 //            sides allocate through normlab train's caching CPU allocator (util/cpu_allocator.h).
 #include <torch/cuda.h>
@@ -20,7 +20,8 @@
 #include <cstdio>
 #include <functional>
 
-#include "normlab/nn/fused.h"
+#include "normlab/kernels/capabilities.h"
+#include "normlab/kernels/ops.h"
 #include "normlab/util/cpu_allocator.h"
 
 using Clock = std::chrono::steady_clock;
@@ -42,8 +43,8 @@ double time_ms(const std::function<void()>& fn, int reps, bool cuda = true) {
   return ms[ms.size() / 2];
 }
 
-// fused::rms_norm, fused::rope and fused::swiglu against ATen's ops, fp32 on the CPU; one line
-// each.
+// kernels::rms_norm, kernels::rope and kernels::swiglu against ATen's ops, fp32 on the CPU; one
+// line each.
 void bench_cpu(int64_t batch, int64_t tokens, int64_t d_model, int64_t heads, int64_t d_ff,
                int64_t vocab, int reps) {
   const int64_t hd = d_model / heads, h = hd / 2;
@@ -64,7 +65,7 @@ void bench_cpu(int64_t batch, int64_t tokens, int64_t d_model, int64_t heads, in
                 static_cast<long long>(tokens), static_cast<long long>(d_model));
   row(
       name, [&] { at::rms_norm(x, {d_model}, w, 1e-6).backward(g); },
-      [&] { normlab::fused::rms_norm(x, w, 1e-6).backward(g); });
+      [&] { normlab::kernels::rms_norm(x, w, 1e-6).backward(g); });
   const torch::Tensor q = torch::randn({batch, tokens, heads, hd}).requires_grad_();
   const torch::Tensor gq = torch::randn_like(q);
   const torch::Tensor cos = torch::rand({tokens, hd}), sin = torch::rand({tokens, hd});
@@ -76,17 +77,17 @@ void bench_cpu(int64_t batch, int64_t tokens, int64_t d_model, int64_t heads, in
     const torch::Tensor rot = torch::cat({-q.narrow(-1, h, h), q.narrow(-1, 0, h)}, -1);
     (q * c + rot * s).backward(gq);
   };
-  row(name, rope_aten, [&] { normlab::fused::rope(q, cos, sin).backward(gq); });
+  row(name, rope_aten, [&] { normlab::kernels::rope(q, cos, sin).backward(gq); });
   const torch::Tensor u = torch::randn({batch, tokens, 2 * d_ff}).requires_grad_();
   const torch::Tensor gh = torch::randn({batch, tokens, d_ff});
   std::snprintf(name, sizeof name, "SwiGLU (%lld, %lld, 2 x %lld), %s",
                 static_cast<long long>(batch), static_cast<long long>(tokens),
-                static_cast<long long>(d_ff), normlab::fused::vector_isa().c_str());
+                static_cast<long long>(d_ff), normlab::kernels::vector_isa().c_str());
   const auto swiglu_aten = [&] {
     const std::vector<torch::Tensor> vg = u.chunk(2, -1);
     (torch::silu(vg[1]) * vg[0]).backward(gh);
   };
-  row(name, swiglu_aten, [&] { normlab::fused::swiglu(u).backward(gh); });
+  row(name, swiglu_aten, [&] { normlab::kernels::swiglu(u).backward(gh); });
   // Causal attention over (batch, heads, tokens, head dim) laid out as the model's (batch, tokens,
   // heads, head dim): SDPA (the flash kernel) against normlab's products over causal blocks.
   const auto qkv = [&] { return torch::randn({batch, tokens, heads, hd}).requires_grad_(); };
@@ -97,7 +98,7 @@ void bench_cpu(int64_t batch, int64_t tokens, int64_t d_model, int64_t heads, in
                 static_cast<long long>(batch), static_cast<long long>(heads),
                 static_cast<long long>(tokens), static_cast<long long>(hd));
   const auto heads_of = [](const torch::Tensor& t) { return t.transpose(1, 2); };
-  if (normlab::fused::causal_attention_fits(heads_of(aq), heads_of(ak), heads_of(av)))
+  if (normlab::kernels::causal_attention_fits(heads_of(aq), heads_of(ak), heads_of(av)))
     row(
         name,
         [&] {
@@ -106,7 +107,7 @@ void bench_cpu(int64_t batch, int64_t tokens, int64_t d_model, int64_t heads, in
               .backward(ga);
         },
         [&] {
-          normlab::fused::causal_attention(heads_of(aq), heads_of(ak), heads_of(av), scale)
+          normlab::kernels::causal_attention(heads_of(aq), heads_of(ak), heads_of(av), scale)
               .backward(ga);
         });
   else
@@ -116,15 +117,15 @@ void bench_cpu(int64_t batch, int64_t tokens, int64_t d_model, int64_t heads, in
   const torch::Tensor targets = torch::randint(vocab, {batch * tokens}, torch::kLong);
   std::snprintf(name, sizeof name, "cross-entropy (%lld x %lld), %s",
                 static_cast<long long>(batch * tokens), static_cast<long long>(vocab),
-                normlab::fused::vector_isa().c_str());
+                normlab::kernels::vector_isa().c_str());
   const auto loss_backward = [&](const torch::Tensor& loss) {  // as in a step: no gradient sum
     loss.backward();
     logits.mutable_grad().reset();
   };
   row(
       name, [&] { loss_backward(torch::cross_entropy_loss(logits, targets)); },
-      [&] { loss_backward(normlab::fused::cross_entropy(logits, targets)); });
-  // The model's linear layers: fused::linear (oneDNN's matmul where it runs, else ATen's) against
+      [&] { loss_backward(normlab::kernels::cross_entropy(logits, targets)); });
+  // The model's linear layers: kernels::linear (oneDNN's matmul where it runs, else ATen's) against
   // torch::linear; the input and the weight take gradients, as in training.
   const torch::Tensor in = torch::randn({batch * tokens, d_model}).requires_grad_();
   const torch::Tensor hidden = torch::randn({batch * tokens, d_ff}).requires_grad_();
@@ -139,9 +140,9 @@ void bench_cpu(int64_t batch, int64_t tokens, int64_t d_model, int64_t heads, in
                   static_cast<long long>(out_features));
     row(
         name, [&] { torch::linear(x_in, wl).backward(gy); },
-        [&] { normlab::fused::linear(x_in, wl).backward(gy); });
+        [&] { normlab::kernels::linear(x_in, wl).backward(gy); });
   }
-  std::printf("  (linear through %s here)\n", normlab::fused::onednn_linear_available()
+  std::printf("  (linear through %s here)\n", normlab::kernels::onednn_linear_available()
                                                   ? "oneDNN"
                                                   : "ATen: the same op both sides");
 }
@@ -204,14 +205,14 @@ int main(int argc, char** argv) {
     const auto step = [&](bool fused) {
       torch::Tensor r, n;
       if (fused) {
-        std::tie(r, n) = normlab::fused::add_rms_norm(x, b, 1.0, w, 1e-5);
+        std::tie(r, n) = normlab::kernels::add_rms_norm(x, b, 1.0, w, 1e-5);
       } else {
         r = x + b;
         n = at::rms_norm(r.to(torch::kFloat), {cols}, w, 1e-5).to(r.scalar_type());
       }
       torch::autograd::backward({r, n}, {gr, gn});
     };
-    if (!normlab::fused::fusable_add_rms_norm(x, b, w)) {
+    if (!normlab::kernels::fusable_add_rms_norm(x, b, w)) {
       std::printf("  %-22s not fusable in this build\n", name);
       continue;
     }

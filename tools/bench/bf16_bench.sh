@@ -7,6 +7,8 @@
 #   bf16, fp32                normlab train with train.precision = bf16 / fp32
 #   eager, compile            the reference with bf16 autocast
 #   eager_fp32, compile_fp32  the reference in fp32
+#   base_bf16, base_fp32      normlab train of another build, NORMLAB_BASE_BUILD (e.g. a copy of
+#                             build/ made before a change): a before/after comparison in one run
 # The default sides follow the CPU class as normlab sees it (`normlab version`): with AMX
 # bf16,fp32,eager,compile; without it fp32,eager_fp32,compile_fp32 (bf16 is emulated, 4x to
 # 600x slower in matmuls, or native with AVX512-BF16 but slower than fp32 in a step). tools/simulate_cpu.sh runs it as a
@@ -72,11 +74,16 @@ printf 'training step, %s: d_model %s, %s layers, d_ff %s, %s x %s tokens a step
 run_side() {  # side -> step seconds of the timed steps, one per line
   local side=$1
   case $side in
-    bf16|fp32)
+    bf16|fp32|base_bf16|base_fp32)
+      local bin=$build/tools/normlab lib=$build/src
+      if [ "${side#base_}" != "$side" ]; then
+        [ -n "${NORMLAB_BASE_BUILD:-}" ] || { echo "bf16_bench: side $side needs NORMLAB_BASE_BUILD" >&2; exit 2; }
+        bin=$NORMLAB_BASE_BUILD/tools/normlab lib=$NORMLAB_BASE_BUILD/src
+      fi
       rm -rf "$work/run"
-      "$build/tools/normlab" train --config "$config" --set model.scheme="$scheme" \
+      LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$bin" train --config "$config" --set model.scheme="$scheme" \
         --set model.d_model=$d --set model.n_layers=$L --set model.n_heads=$H --set model.d_ff=$F \
-        --set train.precision=$side --set train.steps=$total --set train.global_batch=$micro \
+        --set train.precision="${side#base_}" --set train.steps=$total --set train.global_batch=$micro \
         --set train.micro_batch=$micro --set eval.every=0 --set eval.batches=1 \
         --set checkpoint.every=0 --set logging.every=1000 --out "$work/run" >"$work/log" 2>&1 \
         || { cat "$work/log" >&2; exit 1; }
@@ -93,7 +100,7 @@ for l in open(sys.argv[1]):
         --steps $steps --warmup $warmup --device cpu --threads $threads "${flag[@]}") >"$work/log" 2>&1 \
         || { cat "$work/log" >&2; exit 1; }
       awk '$1 == "step" {print $2}' "$work/log" ;;
-    *) echo "bf16_bench: unknown side '$side' (bf16, fp32, eager, compile, eager_fp32, compile_fp32)" >&2; exit 2 ;;
+    *) echo "bf16_bench: unknown side '$side' (bf16, fp32, eager, compile, eager_fp32, compile_fp32, base_bf16, base_fp32)" >&2; exit 2 ;;
   esac
 }
 
@@ -114,6 +121,7 @@ for side in ${sides//,/ }; do
     bf16) name="normlab bf16" ;; fp32) name="normlab fp32" ;;
     eager) name="PyTorch eager bf16 autocast" ;; compile) name="torch.compile bf16 autocast" ;;
     eager_fp32) name="PyTorch eager fp32" ;; compile_fp32) name="torch.compile fp32" ;;
+    base_bf16) name="normlab bf16, base build" ;; base_fp32) name="normlab fp32, base build" ;;
   esac
   awk -v n="$name" -v b="$b" -v m="$m" -v bb="$base_b" -v bm="$base_m" 'BEGIN {
     printf "  %-26s %10.3f %10.3f %13.2fx %13.2fx\n", n, b, m, b / bb, m / bm }'

@@ -7,7 +7,7 @@
 #include <iostream>
 
 #include "command.h"
-#include "normlab/nn/fused.h"
+#include "normlab/kernels/capabilities.h"
 #include "normlab/train/precision.h"
 #include "normlab/util/cpu_class.h"
 #include "normlab/util/device.h"
@@ -22,8 +22,9 @@ Runner setup_version(CLI::App& sub) {
     std::cout << "normlab " << NORMLAB_VERSION_STRING << "\n"
               << "LibTorch " << torch_version() << "\n"
               << "normlab CUDA kernels: "
-              << (fused::own_kernels_archs().empty() ? "not built"
-                                                     : "built for sm_" + fused::own_kernels_archs())
+              << (kernels::own_kernels_archs().empty()
+                      ? "not built"
+                      : "built for sm_" + kernels::own_kernels_archs())
               << "\n"
               << "CUDA available: " << (cuda_available() ? "yes" : "no") << "\n"
               << "devices:\n"

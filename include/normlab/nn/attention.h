@@ -43,8 +43,8 @@ AttentionOptions attention_options(const ModelConfig& cfg, torch::Device device)
 
 /// The attention kernel of a causal training forward of `batch` sequences of `seq_len` tokens in
 /// `dtype` on options.device(): "normlab (products over causal blocks)" where normlab's own runs
-/// (fused::causal_attention: the CPU, float32, sequences up to 512 tokens, and above 256 with
-/// AVX-512), else the
+/// (kernels::causal_attention: on the CPU in float32 or float64, up to 512 tokens, where
+/// kernels::causal_attention_preferred says it is faster than SDPA's flash kernel), else the
 /// scaled-dot-product-attention kernel LibTorch picks: "flash", "cudnn", "efficient"
 /// (memory-efficient), "math" (the unfused composition) or "overrideable". Asks
 /// LibTorch's own dispatcher (at::_fused_sdp_choice) on tensors of the model's shapes, so it

@@ -37,7 +37,7 @@ class ExpertsImpl : public torch::nn::Module {
 TORCH_MODULE(Experts);
 
 /// One SwiGLU expert on rows (M, C): down (silu(g) * v), [v | g] = up rows^T; up (2 h, C),
-/// down (C, h), through ATen's GEMM (BLAS on the CPU, cuBLAS on CUDA), not fused::linear's
+/// down (C, h), through ATen's GEMM (BLAS on the CPU, cuBLAS on CUDA), not kernels::linear's
 /// oneDNN path: an expert's row count changes from step to step and oneDNN builds a kernel per
 /// shape (measured: the MoE step about 3x slower that way, docs/performance-cpu.md).
 torch::Tensor swiglu_expert(const torch::Tensor& rows, const torch::Tensor& up,

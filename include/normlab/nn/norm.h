@@ -2,9 +2,9 @@
 // bias, always computed in at least fp32 (docs/paper.md, Conventions):
 //   rmsnorm:   y = w * x * rsqrt(mean(x^2) + eps)
 //   layernorm: y = w * (x - mean(x)) * rsqrt(var(x) + eps)
-// RMSNorm runs the fused kernel of fused.h on CPU; add_forward fuses the residual add before
-// the norm (a CUDA kernel on GPUs).
-// Example: Norm n(NormOptions(512).eps(1e-5)); auto y = n(x);
+// RMSNorm runs normlab's own kernel on the CPU (kernels/ops.h); add_forward fuses the residual add
+// before the norm (a CUDA kernel on GPUs). Example: Norm n(NormOptions(512).eps(1e-5)); auto y =
+// n(x);
 #pragma once
 
 #include <torch/nn/module.h>
@@ -32,7 +32,7 @@ class NormImpl : public torch::nn::Module {
   explicit NormImpl(const NormOptions& options);
   torch::Tensor forward(const torch::Tensor& x);
   /// The residual add before the norm, and the norm: (r, forward(r)) with r = x + b / divisor.
-  /// RMSNorm on tensors the CUDA kernels take goes through fused::add_rms_norm (one pass);
+  /// RMSNorm on tensors the CUDA kernels take goes through kernels::add_rms_norm (one pass);
   /// everything else is the add, then forward().
   std::pair<torch::Tensor, torch::Tensor> add_forward(const torch::Tensor& x,
                                                       const torch::Tensor& b, double divisor = 1.0);

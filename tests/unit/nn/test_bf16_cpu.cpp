@@ -17,10 +17,11 @@
 #include "bf16_checks.h"
 #include "nn/schemes/hyper_connection.h"
 #include "normlab/eval/info.h"
+#include "normlab/kernels/capabilities.h"
+#include "normlab/kernels/ops.h"
 #include "normlab/nn/activation_checkpointing.h"
 #include "normlab/nn/attention.h"
 #include "normlab/nn/autocast.h"
-#include "normlab/nn/fused.h"
 #include "normlab/nn/model.h"
 #include "normlab/nn/moe.h"
 #include "support.h"
@@ -70,12 +71,12 @@ class CountingCpuAllocator final : public c10::Allocator {
 TEST(Bf16Cpu, LinearComputesInBf16UnderCpuAutocast) {
   torch::manual_seed(0);
   const torch::Tensor x = torch::randn({5, 32}), w = torch::randn({24, 32});
-  const torch::Tensor fp32 = fused::linear(x, w);
+  const torch::Tensor fp32 = kernels::linear(x, w);
   EXPECT_EQ(fp32.scalar_type(), torch::kFloat);
   torch::Tensor bf16;
   {
     AutocastGuard autocast(at::kCPU, true);
-    bf16 = fused::linear(x, w);
+    bf16 = kernels::linear(x, w);
   }
   EXPECT_EQ(bf16.scalar_type(), torch::kBFloat16);
   // The product of the operands rounded to bf16, accumulated in fp32.

@@ -1,14 +1,13 @@
 // The chunked linear cross-entropy (loss.h) against cross_entropy(h W^T): loss, z-loss and the
 // gradients of h and W, for chunk sizes that divide the rows, do not, and exceed them; and the
-// model's loss through it. The CPU's one-pass cross-entropy (fused::cross_entropy) against
-// torch::cross_entropy_loss.
+// model's loss through it, which takes the CPU's one-pass cross-entropy (kernels::cross_entropy;
+// against torch::cross_entropy_loss in tests/unit/kernels/test_ops.cpp).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cmath>
 #include <limits>
 
-#include "normlab/nn/fused.h"
 #include "normlab/nn/loss.h"
 #include "normlab/nn/model.h"
 #include "support.h"
@@ -82,70 +81,7 @@ TEST(ChunkedLoss, WithoutGradientsItIsJustTheLoss) {
 
 // Rows of logits with a spread of scales (one far from zero, where only the row's maximum keeps
 // the exponentials finite), and targets with two rows left out (-100).
-struct CrossEntropyCase {
-  torch::Tensor logits, targets;
-  CrossEntropyCase(int64_t N, int64_t V, torch::ScalarType dtype) {
-    logits = torch::randn({N, V}, torch::kDouble) * 4.0;
-    logits[0] += 1e4;
-    logits = logits.to(dtype);
-    targets = torch::randint(V, {N}, torch::kLong);
-    targets[3] = -100;
-    targets[N - 1] = -100;
-  }
-};
-
-TEST(FusedCrossEntropy, MatchesAtenValueAndGradient) {
-  torch::manual_seed(11);
-  // Row widths: below one lane step, not a multiple of any lane count (4, 8, 16), and wide.
-  for (const int64_t V : {int64_t{3}, int64_t{37}, int64_t{4099}}) {
-    for (const auto dtype : {torch::kDouble, torch::kFloat}) {
-      SCOPED_TRACE("V " + std::to_string(V) +
-                   (dtype == torch::kDouble ? ", float64" : ", float32"));
-      const CrossEntropyCase c(29, V, dtype);
-      const torch::Tensor ours = c.logits.clone().requires_grad_(true),
-                          ref = c.logits.clone().requires_grad_(true);
-      const torch::Tensor loss = normlab::fused::cross_entropy(ours, c.targets);
-      const torch::Tensor ref_loss = torch::cross_entropy_loss(ref, c.targets);
-      (loss * 3.0).backward();  // the incoming gradient scales the logits' gradient
-      (ref_loss * 3.0).backward();
-      const bool f64 = dtype == torch::kDouble;
-      EXPECT_EQ(loss.scalar_type(), dtype);
-      EXPECT_NEAR(loss.item<double>(), ref_loss.item<double>(), f64 ? 1e-12 : 1e-5);
-      // float32: a few ulp of the exponentials and of lse (about 10 here) scale every entry.
-      EXPECT_TRUE(
-          test::close_per_element(ours.grad(), ref.grad(), f64 ? 1e-11 : 2e-5, f64 ? 1e-14 : 1e-7));
-      EXPECT_EQ(ours.grad()[3].abs().max().item<double>(), 0.0);  // a row left out
-    }
-  }
-}
-
-TEST(FusedCrossEntropy, LeavesOutRowsOfTargetMinus100AndRefusesOtherTargets) {
-  torch::manual_seed(12);
-  const torch::Tensor x = torch::randn({5, 7}).requires_grad_(true);
-  // No row counted: the mean of nothing, NaN, as ATen's; the gradient is zero.
-  const torch::Tensor none = torch::full({5}, -100, torch::kLong);
-  const torch::Tensor loss = normlab::fused::cross_entropy(x, none);
-  EXPECT_TRUE(std::isnan(loss.item<double>()));
-  EXPECT_TRUE(std::isnan(torch::cross_entropy_loss(x, none).item<double>()));
-  loss.backward();
-  EXPECT_EQ(x.grad().abs().max().item<double>(), 0.0);
-  for (const int64_t bad : {int64_t{7}, int64_t{-1}, int64_t{-101}}) {
-    torch::Tensor t = torch::zeros({5}, torch::kLong);
-    t[2] = bad;
-    const std::string message =
-        test::error_message([&] { normlab::fused::cross_entropy(x.detach(), t); });
-    EXPECT_NE(message.find("target " + std::to_string(bad) + " is out of bounds"),
-              std::string::npos)
-        << message;
-  }
-  // A NaN in a counted row reaches the loss, as in ATen's.
-  torch::Tensor y = torch::randn({4, 9});
-  y[1][5] = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_TRUE(std::isnan(
-      normlab::fused::cross_entropy(y, torch::randint(9, {4}, torch::kLong)).item<double>()));
-}
-
-TEST(FusedCrossEntropy, IsTheModelsLoss) {
+TEST(KernelsCrossEntropy, IsTheModelsLoss) {
   ModelConfig cfg = test::tiny_config(Scheme::PreNorm);
   torch::manual_seed(3);
   const torch::Tensor tokens = torch::randint(cfg.vocab_size, {2, 11}, torch::kLong);

@@ -11,7 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "normlab/nn/fused.h"
+#include "normlab/kernels/capabilities.h"
+#include "normlab/kernels/ops.h"
 #include "normlab/nn/model.h"
 #include "normlab/util/cpu_class.h"
 #include "normlab/util/library_error.h"
@@ -96,7 +97,7 @@ TEST(CpuClass, TheLinearPathFollowsWhatOnednnRunsWith) {
   if (!expected.empty()) {
     EXPECT_EQ(c.onednn, expected) << c.describe();
   }
-  EXPECT_EQ(fused::onednn_linear_available(), c.onednn_matmul && at::hasMKLDNN());
+  EXPECT_EQ(kernels::onednn_linear_available(), c.onednn_matmul && at::hasMKLDNN());
   if (avx512_core_or_more(c.onednn) || c.onednn == "AVX2_VNNI_2")
     EXPECT_TRUE(c.onednn_matmul) << c.describe();
   else
@@ -106,7 +107,7 @@ TEST(CpuClass, TheLinearPathFollowsWhatOnednnRunsWith) {
   torch::manual_seed(0);
   const torch::Tensor x = torch::randn({3, 5, 16}, torch::requires_grad());
   const torch::Tensor w = torch::randn({8, 16}, torch::requires_grad());
-  const torch::Tensor y = fused::linear(x, w);
+  const torch::Tensor y = kernels::linear(x, w);
   const torch::Tensor ref =
       torch::matmul(x.detach().to(torch::kDouble), w.detach().to(torch::kDouble).t());
   EXPECT_TRUE(torch::allclose(y.detach().to(torch::kDouble), ref, 1e-5, 1e-5));

@@ -1,19 +1,19 @@
-// fused::add_rms_norm (fused.h): the autograd function over normlab's CUDA kernels
-// (kernels/kernels.h). Everything the kernels do not take is composed by Norm::add_forward.
+// kernels::add_rms_norm (ops.h): the autograd function over normlab's CUDA kernels
+// (launchers.h). Everything the kernels do not take is composed by Norm::add_forward.
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/torch.h>
 
 #include "build_config.h"
-#include "normlab/nn/fused.h"
+#include "normlab/kernels/ops.h"
 
 #if NORMLAB_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include "nn/kernels/kernels.h"
+#include "kernels/cuda/launchers.h"
 #endif
 
-namespace normlab::fused {
+namespace normlab::kernels {
 
 bool fusable_add_rms_norm(const torch::Tensor& x, const torch::Tensor& b,
                           const torch::Tensor& weight) {
@@ -38,8 +38,8 @@ bool fusable_add_rms_norm(const torch::Tensor& x, const torch::Tensor& b,
 namespace {
 
 #if NORMLAB_WITH_CUDA
-kernels::Dtype kernel_dtype(torch::ScalarType t) {
-  return t == torch::kBFloat16 ? kernels::Dtype::BF16 : kernels::Dtype::F32;
+cuda::Dtype kernel_dtype(torch::ScalarType t) {
+  return t == torch::kBFloat16 ? cuda::Dtype::BF16 : cuda::Dtype::F32;
 }
 
 struct AddRmsNormFn : torch::autograd::Function<AddRmsNormFn> {
@@ -51,11 +51,11 @@ struct AddRmsNormFn : torch::autograd::Function<AddRmsNormFn> {
     const int64_t cols = x.size(-1), rows = x.numel() / cols;
     torch::Tensor r = torch::empty_like(x), n = torch::empty_like(x);
     torch::Tensor rstd = torch::empty({rows}, x.options().dtype(torch::kFloat));
-    kernels::add_rms_norm_forward(
-        x.data_ptr(), kernel_dtype(x.scalar_type()), b.data_ptr(), kernel_dtype(b.scalar_type()),
-        weight.data_ptr<float>(), r.data_ptr(), n.data_ptr(), rstd.data_ptr<float>(), rows,
-        static_cast<int>(cols), static_cast<float>(1.0 / divisor), static_cast<float>(eps),
-        c10::cuda::getCurrentCUDAStream().stream());
+    cuda::add_rms_norm_forward(x.data_ptr(), kernel_dtype(x.scalar_type()), b.data_ptr(),
+                               kernel_dtype(b.scalar_type()), weight.data_ptr<float>(),
+                               r.data_ptr(), n.data_ptr(), rstd.data_ptr<float>(), rows,
+                               static_cast<int>(cols), static_cast<float>(1.0 / divisor),
+                               static_cast<float>(eps), c10::cuda::getCurrentCUDAStream().stream());
     ctx->save_for_backward({r, rstd, weight});
     ctx->saved_data["divisor"] = divisor;
     ctx->saved_data["b_dtype"] = static_cast<int64_t>(b.scalar_type());
@@ -83,13 +83,13 @@ struct AddRmsNormFn : torch::autograd::Function<AddRmsNormFn> {
     torch::Tensor gx = torch::empty_like(r),
                   gb = torch::empty(r.sizes(), r.options().dtype(b_dtype));
     torch::Tensor partial =
-        torch::zeros({kernels::add_rms_norm_backward_blocks(rows), cols}, rstd.options());
-    kernels::add_rms_norm_backward(r.data_ptr(), rstd.data_ptr<float>(), weight.data_ptr<float>(),
-                                   dn.data_ptr(), dr_in.defined() ? dr_in.data_ptr() : nullptr,
-                                   kernel_dtype(r.scalar_type()), gx.data_ptr(), gb.data_ptr(),
-                                   kernel_dtype(b_dtype), partial.data_ptr<float>(), rows,
-                                   static_cast<int>(cols), static_cast<float>(1.0 / divisor),
-                                   c10::cuda::getCurrentCUDAStream().stream());
+        torch::zeros({cuda::add_rms_norm_backward_blocks(rows), cols}, rstd.options());
+    cuda::add_rms_norm_backward(r.data_ptr(), rstd.data_ptr<float>(), weight.data_ptr<float>(),
+                                dn.data_ptr(), dr_in.defined() ? dr_in.data_ptr() : nullptr,
+                                kernel_dtype(r.scalar_type()), gx.data_ptr(), gb.data_ptr(),
+                                kernel_dtype(b_dtype), partial.data_ptr<float>(), rows,
+                                static_cast<int>(cols), static_cast<float>(1.0 / divisor),
+                                c10::cuda::getCurrentCUDAStream().stream());
     return {gx, gb, partial.sum(0), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -113,12 +113,4 @@ std::pair<torch::Tensor, torch::Tensor> add_rms_norm(const torch::Tensor& x, con
 #endif
 }
 
-std::string own_kernels_archs() {
-#if NORMLAB_WITH_CUDA
-  return kernels::compiled() ? NORMLAB_CUDA_ARCHS : "";
-#else
-  return "";
-#endif
-}
-
-}  // namespace normlab::fused
+}  // namespace normlab::kernels

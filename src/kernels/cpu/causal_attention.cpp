@@ -1,4 +1,4 @@
-// fused::causal_attention (fused.h): causal attention on the CPU as batched products over
+// kernels::causal_attention (ops.h): causal attention on the CPU as batched products over
 // blocks of queries, each block against the keys up to its last query, with one-pass softmax
 // kernels between the products.
 //
@@ -16,20 +16,21 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <string>
-#include <type_traits>
 #include <vector>
 
 #include "blas.h"
-#include "lanes.h"
-#include "normlab/nn/fused.h"
+#include "isa.h"
+#include "normlab/kernels/ops.h"
 
-namespace normlab::fused {
+namespace normlab::kernels {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 namespace {
+
+using cpu::steps;
+namespace blas = cpu::blas;
 
 // Rows of queries a block takes: 64 up to 256 tokens, then a quarter of the sequence, so that
 // the products stay large enough for the GEMMs and the upper key blocks skipped are a fair share.
@@ -38,160 +39,59 @@ int64_t block_rows(int64_t T) { return std::max<int64_t>(64, (T + 3) / 4); }
 // ---- The softmax of a block and its backward, per row ------------------------------------------
 // Row r of block [q0, q1) is query q0 + r, which sees keys 0 .. q0 + r (`seen`); the row holds
 // n = q1 keys, the rest are zeroed (so P is 0 past `seen`, and the backward's bound only spares
-// it the work).
+// it the work). The bodies run on the lanes of isa.h (float32 per instruction set, float64 one
+// number a lane).
 
-template <class T>
-void softmax_row(T* x, int64_t seen, int64_t n, T scale) {
-  T m = -std::numeric_limits<T>::infinity();
-  for (int64_t j = 0; j < seen; ++j) m = x[j] > m ? x[j] : m;
-  T sum = 0;
-  for (int64_t j = 0; j < seen; ++j) sum += x[j] = std::exp(scale * (x[j] - m));
-  const T inv = T(1) / sum;
-  for (int64_t j = 0; j < seen; ++j) x[j] *= inv;
-  for (int64_t j = seen; j < n; ++j) x[j] = 0;
-}
-
-template <class T>
-void softmax_backward_row(T* dp, const T* p, T delta, int64_t seen, int64_t n, T scale) {
-  for (int64_t j = 0; j < seen; ++j) dp[j] = scale * p[j] * (dp[j] - delta);
-  for (int64_t j = seen; j < n; ++j) dp[j] = 0;
-}
-
-// sum_j a[j] b[j]: delta's rows (rowsum(do * o)).
-template <class T>
-T dot(const T* a, const T* b, int64_t n) {
-  T sum = 0;
-  for (int64_t j = 0; j < n; ++j) sum += a[j] * b[j];
-  return sum;
-}
-
-#if NORMLAB_LANES
-template <class L>
-NORMLAB_ALWAYS_INLINE void softmax_row_lanes(float* x, int64_t seen, int64_t n, float scale) {
-  using V = typename L::F;
-  constexpr int64_t w = L::n;
-  const int64_t full = seen / w * w;
-  const float inf = std::numeric_limits<float>::infinity();
-  V mv = lanes::splat<L>(-inf);
-  for (int64_t j = 0; j < full; j += w) {
-    const V xv = lanes::load<L>(x + j);
-    mv = xv > mv ? xv : mv;
+// x = softmax(scale x) over the first `seen` entries, 0 after them.
+struct SoftmaxRow {
+  template <class L>
+  static NORMLAB_ALWAYS_INLINE void run(typename L::Scalar* x, int64_t seen, int64_t n,
+                                        typename L::Scalar scale) {
+    using T = typename L::Scalar;
+    const T inf = std::numeric_limits<T>::infinity();
+    typename L::F mv = cpu::splat<L>(-inf);
+    steps<L>(seen, [&](int64_t j, auto s) NORMLAB_INLINE_LAMBDA {
+      const auto xv = s.load(x + j, -inf);
+      mv = xv > mv ? xv : mv;
+    });
+    const T m = cpu::hmax<L>(mv);
+    typename L::F sv = cpu::splat<L>(0);
+    steps<L>(seen, [&](int64_t j, auto s) NORMLAB_INLINE_LAMBDA {
+      const auto e = cpu::exp<L>((s.load(x + j, m) - m) * scale);
+      s.store(x + j, e);
+      sv += s.keep(e);
+    });
+    const T inv = T(1) / cpu::hsum<L>(sv);
+    steps<L>(seen,
+             [&](int64_t j, auto s) NORMLAB_INLINE_LAMBDA { s.store(x + j, s.load(x + j) * inv); });
+    for (int64_t j = seen; j < n; ++j) x[j] = 0;
   }
-  float m = -inf;
-  for (int64_t l = 0; l < w; ++l) m = mv[l] > m ? mv[l] : m;
-  for (int64_t j = full; j < seen; ++j) m = x[j] > m ? x[j] : m;
-  V sv = lanes::splat<L>(0.0f);
-  for (int64_t j = 0; j < full; j += w) {
-    const V e = lanes::exp<L>((lanes::load<L>(x + j) - m) * scale);
-    lanes::store<L>(x + j, e);
-    sv += e;
-  }
-  float sum = 0;
-  if (full < seen) {  // the last, partial step through a padded copy
-    float buf[w] = {};
-    std::memcpy(buf, x + full, (seen - full) * sizeof(float));
-    const V e = lanes::exp<L>((lanes::load<L>(buf) - m) * scale);
-    lanes::store<L>(buf, e);
-    for (int64_t j = 0; j < seen - full; ++j) sum += buf[j];
-    std::memcpy(x + full, buf, (seen - full) * sizeof(float));
-  }
-  for (int64_t l = 0; l < w; ++l) sum += sv[l];
-  const float inv = 1.0f / sum;
-  for (int64_t j = 0; j < full; j += w) lanes::store<L>(x + j, lanes::load<L>(x + j) * inv);
-  for (int64_t j = full; j < seen; ++j) x[j] *= inv;
-  for (int64_t j = seen; j < n; ++j) x[j] = 0;
-}
-
-template <class L>
-NORMLAB_ALWAYS_INLINE void softmax_backward_row_lanes(float* dp, const float* p, float delta,
-                                                      int64_t seen, int64_t n, float scale) {
-  constexpr int64_t w = L::n;
-  const int64_t full = seen / w * w;
-  for (int64_t j = 0; j < full; j += w)
-    lanes::store<L>(dp + j, lanes::load<L>(p + j) * (lanes::load<L>(dp + j) - delta) * scale);
-  for (int64_t j = full; j < seen; ++j) dp[j] = p[j] * (dp[j] - delta) * scale;
-  for (int64_t j = seen; j < n; ++j) dp[j] = 0;
-}
-
-template <class L>
-NORMLAB_ALWAYS_INLINE float dot_lanes(const float* a, const float* b, int64_t n) {
-  constexpr int64_t w = L::n;
-  const int64_t full = n / w * w;
-  typename L::F sv = lanes::splat<L>(0.0f);
-  for (int64_t j = 0; j < full; j += w) sv += lanes::load<L>(a + j) * lanes::load<L>(b + j);
-  float sum = 0;
-  for (int64_t l = 0; l < w; ++l) sum += sv[l];
-  for (int64_t j = full; j < n; ++j) sum += a[j] * b[j];
-  return sum;
-}
-#endif
-
-// The float32 rows per instruction set (lanes.h), picked by vector_isa().
-struct FloatRows {
-  void (*softmax)(float* x, int64_t seen, int64_t n, float scale);
-  void (*softmax_backward)(float* dp, const float* p, float delta, int64_t seen, int64_t n,
-                           float scale);
-  float (*dot)(const float* a, const float* b, int64_t n);
 };
 
-#if NORMLAB_LANES
-#define NORMLAB_FLOAT_ROWS(NAME, ATTR, BYTES)                                                 \
-  ATTR void softmax_row_##NAME(float* x, int64_t seen, int64_t n, float scale) {              \
-    softmax_row_lanes<lanes::Lanes<BYTES>>(x, seen, n, scale);                                \
-  }                                                                                           \
-  ATTR void softmax_backward_row_##NAME(float* dp, const float* p, float delta, int64_t seen, \
-                                        int64_t n, float scale) {                             \
-    softmax_backward_row_lanes<lanes::Lanes<BYTES>>(dp, p, delta, seen, n, scale);            \
-  }                                                                                           \
-  ATTR float dot_##NAME(const float* a, const float* b, int64_t n) {                          \
-    return dot_lanes<lanes::Lanes<BYTES>>(a, b, n);                                           \
-  }                                                                                           \
-  constexpr FloatRows float_rows_##NAME = {softmax_row_##NAME, softmax_backward_row_##NAME,   \
-                                           dot_##NAME};
-NORMLAB_FLOAT_ROWS(portable, , 16)
-NORMLAB_VECTOR_ISA_FUNCTIONS(NORMLAB_FLOAT_ROWS)
-#undef NORMLAB_FLOAT_ROWS
-#else
-constexpr FloatRows float_rows_portable = {softmax_row<float>, softmax_backward_row<float>,
-                                           dot<float>};
-#endif
+// dS = scale P (dP - delta) in place of dP over the first `seen` entries, 0 after them.
+struct SoftmaxBackwardRow {
+  template <class L>
+  static NORMLAB_ALWAYS_INLINE void run(typename L::Scalar* dp, const typename L::Scalar* p,
+                                        typename L::Scalar delta, int64_t seen, int64_t n,
+                                        typename L::Scalar scale) {
+    steps<L>(seen, [&](int64_t j, auto s) NORMLAB_INLINE_LAMBDA {
+      s.store(dp + j, s.load(p + j) * (s.load(dp + j) - delta) * scale);
+    });
+    for (int64_t j = seen; j < n; ++j) dp[j] = 0;
+  }
+};
 
-const FloatRows& float_rows() {
-  static const FloatRows chosen = [] {
-#if NORMLAB_VECTOR_ISAS
-    const std::string isa = vector_isa();
-    if (isa == "AVX512") return float_rows_avx512;
-    if (isa == "AVX2") return float_rows_avx2;
-#endif
-    return float_rows_portable;
-  }();
-  return chosen;
-}
-
-// float32 takes the rows per instruction set, float64 the formulas as written.
-template <class T>
-void softmax_row_any(T* x, int64_t seen, int64_t n, T scale) {
-  if constexpr (std::is_same_v<T, float>)
-    float_rows().softmax(x, seen, n, scale);
-  else
-    softmax_row<T>(x, seen, n, scale);
-}
-
-template <class T>
-void softmax_backward_row_any(T* dp, const T* p, T delta, int64_t seen, int64_t n, T scale) {
-  if constexpr (std::is_same_v<T, float>)
-    float_rows().softmax_backward(dp, p, delta, seen, n, scale);
-  else
-    softmax_backward_row<T>(dp, p, delta, seen, n, scale);
-}
-
-template <class T>
-T dot_any(const T* a, const T* b, int64_t n) {
-  if constexpr (std::is_same_v<T, float>)
-    return float_rows().dot(a, b, n);
-  else
-    return dot<T>(a, b, n);
-}
+// sum_j a[j] b[j]: delta's rows (rowsum(do * o)).
+struct Dot {
+  template <class L>
+  static NORMLAB_ALWAYS_INLINE typename L::Scalar run(const typename L::Scalar* a,
+                                                      const typename L::Scalar* b, int64_t n) {
+    typename L::F sv = cpu::splat<L>(0);
+    steps<L>(n,
+             [&](int64_t j, auto s) NORMLAB_INLINE_LAMBDA { sv += s.load(a + j) * s.load(b + j); });
+    return cpu::hsum<L>(sv);
+  }
+};
 
 // P = softmax(scale S) in place over the block's rows, (BH, q1 - q0, q1).
 void causal_softmax_(torch::Tensor& s, int64_t q0, double scale) {
@@ -202,7 +102,7 @@ void causal_softmax_(torch::Tensor& s, int64_t q0, double scale) {
     at::parallel_for(0, total, 8, [&](int64_t r0, int64_t r1) {
       for (int64_t idx = r0; idx < r1; ++idx) {
         const int64_t seen = std::min(n, q0 + idx % rows + 1);
-        softmax_row_any<scalar_t>(sp + idx * n, seen, n, sc);
+        cpu::run<SoftmaxRow, scalar_t>(sp + idx * n, seen, n, sc);
       }
     });
   });
@@ -221,8 +121,8 @@ void causal_softmax_backward_(torch::Tensor& dp, const torch::Tensor& p, const t
     at::parallel_for(0, total, 8, [&](int64_t r0, int64_t r1) {
       for (int64_t idx = r0; idx < r1; ++idx) {
         const int64_t bh = idx / rows, q = q0 + idx % rows;
-        softmax_backward_row_any<scalar_t>(dpp + idx * n, pp + idx * n, dl[bh * T + q],
-                                           std::min(n, q + 1), n, sc);
+        cpu::run<SoftmaxBackwardRow, scalar_t>(dpp + idx * n, pp + idx * n, dl[bh * T + q],
+                                               std::min(n, q + 1), n, sc);
       }
     });
   });
@@ -341,7 +241,7 @@ struct HeadsCausalAttentionFn : torch::autograd::Function<HeadsCausalAttentionFn
             scalar_t* s = pp + bh * off.back() + off[i];
             blas::gemm(false, true, rows, q1, D, 1, qh + q0 * Q.ld, Q.ld, kh, K.ld, 0, s, q1);
             for (int64_t r = 0; r < rows; ++r)
-              softmax_row_any<scalar_t>(s + r * q1, q0 + r + 1, q1, sc);
+              cpu::run<SoftmaxRow, scalar_t>(s + r * q1, q0 + r + 1, q1, sc);
             blas::gemm(false, false, rows, D, q1, 1, s, q1, vh, V.ld, 0, oh + q0 * O.ld, O.ld);
           }
         }
@@ -371,7 +271,7 @@ struct HeadsCausalAttentionFn : torch::autograd::Function<HeadsCausalAttentionFn
           const scalar_t* goh = GO.head(bh);
           scalar_t *dqh = DQ.head(bh), *dkh = DK.head(bh), *dvh = DV.head(bh);
           for (int64_t t = 0; t < T; ++t)  // delta = rowsum(do * o)
-            delta[t] = dot_any<scalar_t>(goh + t * GO.ld, oh + t * O.ld, D);
+            delta[t] = cpu::run<Dot, scalar_t>(goh + t * GO.ld, oh + t * O.ld, D);
           // Last block first: it sees every key, so it writes dk and dv whole (beta 0) and the
           // blocks before it add to their first rows.
           for (int64_t i = static_cast<int64_t>(off.size()) - 2; i >= 0; --i) {
@@ -382,8 +282,8 @@ struct HeadsCausalAttentionFn : torch::autograd::Function<HeadsCausalAttentionFn
             blas::gemm(true, false, q1, D, rows, 1, ph, q1, go_i, GO.ld, beta, dvh, DV.ld);
             blas::gemm(false, true, rows, q1, D, 1, go_i, GO.ld, vh, V.ld, 0, ds.data(), q1);
             for (int64_t r = 0; r < rows; ++r)
-              softmax_backward_row_any<scalar_t>(ds.data() + r * q1, ph + r * q1, delta[q0 + r],
-                                                 q0 + r + 1, q1, sc);
+              cpu::run<SoftmaxBackwardRow, scalar_t>(ds.data() + r * q1, ph + r * q1, delta[q0 + r],
+                                                     q0 + r + 1, q1, sc);
             blas::gemm(false, false, rows, D, q1, 1, ds.data(), q1, kh, K.ld, 0, dqh + q0 * DQ.ld,
                        DQ.ld);
             blas::gemm(true, false, q1, D, rows, 1, ds.data(), q1, qh + q0 * Q.ld, Q.ld, beta, dkh,
@@ -417,7 +317,7 @@ CausalAttentionPath causal_attention_path(int64_t batch_heads) {
 
 bool causal_attention_preferred(int64_t batch_heads, int64_t tokens) {
   if (causal_attention_path(batch_heads) == CausalAttentionPath::PerHead) return true;
-  static const bool avx512 = vector_isa() == "AVX512";  // ATen's capability, fixed for the process
+  const bool avx512 = cpu::isa() == cpu::Isa::Avx512;  // ATen's capability, fixed for the process
   return !avx512 || tokens >= kCausalAttentionAvx512MinTokens;
 }
 
@@ -440,4 +340,4 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
   return HeadsCausalAttentionFn::apply(q, k, v, scale);
 }
 
-}  // namespace normlab::fused
+}  // namespace normlab::kernels

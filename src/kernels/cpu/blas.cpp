@@ -19,7 +19,7 @@ void dgemm_(char* transa, char* transb, int* m, int* n, int* k, double* alpha, c
 }
 #endif
 
-namespace normlab::fused::blas {
+namespace normlab::kernels::cpu::blas {
 #if NORMLAB_HAVE_BLAS_GEMM
 namespace {
 
@@ -103,4 +103,4 @@ void gemm(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
 }
 #endif
 
-}  // namespace normlab::fused::blas
+}  // namespace normlab::kernels::cpu::blas

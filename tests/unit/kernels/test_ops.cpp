@@ -1,15 +1,16 @@
-// The fused CPU kernels against the unfused ATen composition: values and gradients, in
-// float64 (tight) and float32, on contiguous and strided inputs.
+// normlab's kernels (normlab/kernels/ops.h) against the ATen composition each replaces: values and
+// gradients, in float64 (tight) and float32, on contiguous and strided inputs.
 #include <torch/torch.h>
 
 #include <cmath>
 #include <iostream>
+#include <limits>
+#include <string>
 
-#include "nn/blas.h"
+#include "normlab/kernels/capabilities.h"
+#include "normlab/kernels/ops.h"
 #include "normlab/nn/attention.h"
-#include "normlab/nn/fused.h"
 #include "normlab/nn/norm.h"
-#include "normlab/util/cpu_allocator.h"
 #include "support.h"
 
 using namespace normlab;
@@ -47,35 +48,36 @@ void expect_same(const std::function<torch::Tensor()>& f, const std::function<to
 
 }  // namespace
 
-TEST(Fused, RmsNormMatchesTheComposition) {
+TEST(Kernels, RmsNormMatchesTheComposition) {
   for (auto dtype : {torch::kDouble, torch::kFloat}) {
     const double tol = dtype == torch::kDouble ? 1e-12 : 2e-6;
     torch::manual_seed(1);
     const torch::Tensor x = torch::randn({3, 37, 64}, dtype).requires_grad_();
     const torch::Tensor w = (torch::rand({64}, dtype) + 0.5).requires_grad_();
-    expect_same([&] { return fused::rms_norm(x, w, 1e-5); }, [&] { return rms_ref(x, w, 1e-5); },
+    expect_same([&] { return kernels::rms_norm(x, w, 1e-5); }, [&] { return rms_ref(x, w, 1e-5); },
                 {x, w}, tol);
-    expect_same([&] { return fused::rms_norm(x, {}, 1e-5); }, [&] { return rms_ref(x, {}, 1e-5); },
-                {x}, tol);
+    expect_same([&] { return kernels::rms_norm(x, {}, 1e-5); },
+                [&] { return rms_ref(x, {}, 1e-5); }, {x}, tol);
     // A strided view (the per-head q/k/v norms see slices of the qkv projection).
     const torch::Tensor big = torch::randn({5, 3, 24}, dtype).requires_grad_();
     const torch::Tensor wv = torch::rand({8}, dtype).requires_grad_();
-    expect_same([&] { return fused::rms_norm(big.narrow(-1, 8, 8), wv, 1e-5); },
+    expect_same([&] { return kernels::rms_norm(big.narrow(-1, 8, 8), wv, 1e-5); },
                 [&] { return rms_ref(big.narrow(-1, 8, 8), wv, 1e-5); }, {big, wv}, tol);
   }
-  EXPECT_TRUE(fused::cpu_fusable(torch::zeros({2})));
-  EXPECT_FALSE(fused::cpu_fusable(torch::zeros({2}, torch::kBFloat16)));
+  EXPECT_TRUE(kernels::cpu_fusable(torch::zeros({2})));
+  EXPECT_FALSE(kernels::cpu_fusable(torch::zeros({2}, torch::kBFloat16)));
 }
 
-TEST(Fused, RopeMatchesTheComposition) {
+TEST(Kernels, RopeMatchesTheComposition) {
   for (auto dtype : {torch::kDouble, torch::kFloat}) {
     const double tol = dtype == torch::kDouble ? 1e-12 : 1e-6;
     torch::manual_seed(2);
     const torch::Tensor x = torch::randn({2, 9, 3, 16}, dtype).requires_grad_();
     const torch::Tensor c = torch::randn({9, 16}, dtype), s = torch::randn({9, 16}, dtype);
-    expect_same([&] { return fused::rope(x, c, s); }, [&] { return rope_ref(x, c, s); }, {x}, tol);
+    expect_same([&] { return kernels::rope(x, c, s); }, [&] { return rope_ref(x, c, s); }, {x},
+                tol);
     const torch::Tensor strided = torch::randn({2, 9, 3, 40}, dtype).requires_grad_();
-    expect_same([&] { return fused::rope(strided.narrow(-1, 8, 16), c, s); },
+    expect_same([&] { return kernels::rope(strided.narrow(-1, 8, 16), c, s); },
                 [&] { return rope_ref(strided.narrow(-1, 8, 16), c, s); }, {strided}, tol);
   }
 }
@@ -86,15 +88,16 @@ TEST(Fused, RopeMatchesTheComposition) {
 // against the composition in float64, so the tolerance is float32's own: the exp written out
 // for the lanes is within 2 ulp, the products and the division add one each (about 6e-7
 // relative); 2e-6 leaves a margin, and a wrong digit in the exp's polynomial is 1e-4 away.
-TEST(Fused, SwiGluMatchesTheComposition) {
-  std::cout << "SwiGLU float32 loops here: " << fused::vector_isa() << std::endl;
+TEST(Kernels, SwiGluMatchesTheComposition) {
+  std::cout << "SwiGLU float32 loops here: " << kernels::vector_isa() << std::endl;
   for (const int64_t F : {37, 48}) {
     torch::manual_seed(3);
     const torch::Tensor u64 = (torch::randn({2, 5, 2 * F}, torch::kDouble) * 3).requires_grad_();
-    expect_same([&] { return fused::swiglu(u64); }, [&] { return swiglu_ref(u64); }, {u64}, 1e-12);
+    expect_same([&] { return kernels::swiglu(u64); }, [&] { return swiglu_ref(u64); }, {u64},
+                1e-12);
     const torch::Tensor u32 = u64.detach().to(torch::kFloat).requires_grad_();
     const torch::Tensor ref_in = u32.detach().to(torch::kDouble).requires_grad_();
-    const torch::Tensor y = fused::swiglu(u32), y_ref = swiglu_ref(ref_in);
+    const torch::Tensor y = kernels::swiglu(u32), y_ref = swiglu_ref(ref_in);
     EXPECT_TRUE(close(y, y_ref, 2e-6)) << "values, width " << F;
     const torch::Tensor r = torch::randn_like(y_ref);
     const auto g = torch::autograd::grad({(y * r.to(torch::kFloat)).sum()}, {u32});
@@ -103,24 +106,24 @@ TEST(Fused, SwiGluMatchesTheComposition) {
   }
   // A strided view, and gates far outside the exp's range (where silu is 0 or the identity).
   const torch::Tensor wide = torch::randn({3, 4, 100}).requires_grad_();
-  expect_same([&] { return fused::swiglu(wide.narrow(-1, 10, 80)); },
+  expect_same([&] { return kernels::swiglu(wide.narrow(-1, 10, 80)); },
               [&] { return swiglu_ref(wide.narrow(-1, 10, 80)); }, {wide}, 2e-6);
   const torch::Tensor far =
       torch::tensor({1.0f, -2.0f, 0.5f, 3.0f, -1000.0f, -100.0f, 100.0f, 1000.0f}).requires_grad_();
-  expect_same([&] { return fused::swiglu(far); }, [&] { return swiglu_ref(far); }, {far}, 2e-6);
+  expect_same([&] { return kernels::swiglu(far); }, [&] { return swiglu_ref(far); }, {far}, 2e-6);
   // NaN in a gate or a value stays NaN in the output and in both halves' gradients.
   torch::Tensor nan = torch::ones({2, 32});
   nan.index_put_({0, 20}, std::nanf(""));
   nan.index_put_({1, 3}, std::nanf(""));
   nan.requires_grad_();
-  const torch::Tensor h = fused::swiglu(nan);
+  const torch::Tensor h = kernels::swiglu(nan);
   EXPECT_TRUE(std::isnan(h[0][4].item<float>()));
   EXPECT_TRUE(std::isnan(h[1][3].item<float>()));
   EXPECT_EQ(torch::isnan(h).sum().item<int64_t>(), 2);
   const torch::Tensor gn = torch::autograd::grad({h.sum()}, {nan})[0];
   EXPECT_TRUE(std::isnan(gn[0][4].item<float>()) && std::isnan(gn[0][20].item<float>()));
-  EXPECT_THROW(fused::swiglu(torch::randn({2, 7})), c10::Error);
-  EXPECT_EQ(fused::swiglu(torch::randn({0, 8})).sizes(), (std::vector<int64_t>{0, 4}));
+  EXPECT_THROW(kernels::swiglu(torch::randn({2, 7})), c10::Error);
+  EXPECT_EQ(kernels::swiglu(torch::randn({0, 8})).sizes(), (std::vector<int64_t>{0, 4}));
 }
 
 // Causal attention as products over blocks of queries against SDPA (its math kernel in
@@ -130,26 +133,28 @@ TEST(Fused, SwiGluMatchesTheComposition) {
 // margin, and a query that misses its own key (or sees the next) is off by 1e-2 or more.
 // The paths causal_attention takes here: PerHead where the BLAS runs (a head count past any
 // thread count), and Batched always.
-std::vector<fused::CausalAttentionPath> attention_paths() {
-  std::vector<fused::CausalAttentionPath> paths = {fused::CausalAttentionPath::Batched};
-  if (fused::causal_attention_path(int64_t{1} << 30) == fused::CausalAttentionPath::PerHead)
-    paths.push_back(fused::CausalAttentionPath::PerHead);
+std::vector<kernels::CausalAttentionPath> attention_paths() {
+  std::vector<kernels::CausalAttentionPath> paths = {kernels::CausalAttentionPath::Batched};
+  if (kernels::causal_attention_path(int64_t{1} << 30) == kernels::CausalAttentionPath::PerHead)
+    paths.push_back(kernels::CausalAttentionPath::PerHead);
   return paths;
 }
 
-const char* path_name(fused::CausalAttentionPath path) {
-  return path == fused::CausalAttentionPath::PerHead ? "per head" : "batched";
+const char* path_name(kernels::CausalAttentionPath path) {
+  return path == kernels::CausalAttentionPath::PerHead ? "per head" : "batched";
 }
 
-TEST(Fused, CausalAttentionMatchesSdpa) {
-  std::cout << "softmax float32 loops here: " << fused::vector_isa() << std::endl;
+TEST(Kernels, CausalAttentionMatchesSdpa) {
+  std::cout << "softmax float32 loops here: " << kernels::vector_isa() << std::endl;
   const auto sdpa = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
     return at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, /*is_causal=*/true, 0.125);
   };
   for (const auto path : attention_paths()) {
     SCOPED_TRACE(path_name(path));
     const auto attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                            double scale) { return fused::causal_attention(q, k, v, scale, path); };
+                            double scale) {
+      return kernels::causal_attention(q, k, v, scale, path);
+    };
     for (const int64_t T : {37, 300}) {
       torch::manual_seed(4);
       // (B, T, H, D) viewed as (B, H, T, D), as the model lays them out.
@@ -194,98 +199,62 @@ TEST(Fused, CausalAttentionMatchesSdpa) {
 
 // The per-head path writes its output and the three gradients in the model's layout (B, T, H,
 // D), so that the projections around it read them without a copy.
-TEST(Fused, CausalAttentionPerHeadKeepsTheModelsLayout) {
+TEST(Kernels, CausalAttentionPerHeadKeepsTheModelsLayout) {
   if (attention_paths().size() < 2) GTEST_SKIP() << "no BLAS GEMM in this LibTorch";
   const auto make = [] { return torch::randn({2, 40, 4, 8}).requires_grad_(); };
   const torch::Tensor q = make(), k = make(), v = make();
   const torch::Tensor y =
-      fused::causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), 0.3,
-                              fused::CausalAttentionPath::PerHead);
+      kernels::causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), 0.3,
+                                kernels::CausalAttentionPath::PerHead);
   EXPECT_TRUE(y.transpose(1, 2).is_contiguous());
   y.transpose(1, 2).reshape({2, 40, 32}).sum().backward();
   for (const torch::Tensor& x : {q, k, v}) EXPECT_TRUE(x.grad().is_contiguous());
 }
 
-TEST(Fused, CausalAttentionTakesOnlyWhatFits) {
+TEST(Kernels, CausalAttentionTakesOnlyWhatFits) {
   const auto qkv = [](int64_t T, torch::ScalarType dtype) {
     return torch::zeros({1, 2, T, 8}, dtype);
   };
   const torch::Tensor q = qkv(16, torch::kFloat);
-  EXPECT_TRUE(fused::causal_attention_fits(q, q, q));
-  EXPECT_FALSE(fused::causal_attention_fits(q, qkv(8, torch::kFloat), q));      // shapes differ
-  EXPECT_FALSE(fused::causal_attention_fits(qkv(16, torch::kBFloat16), q, q));  // not fp32/fp64
-  const torch::Tensor longer = qkv(fused::kCausalAttentionMaxTokens + 1, torch::kFloat);
-  EXPECT_FALSE(fused::causal_attention_fits(longer, longer, longer));
+  EXPECT_TRUE(kernels::causal_attention_fits(q, q, q));
+  EXPECT_FALSE(kernels::causal_attention_fits(q, qkv(8, torch::kFloat), q));      // shapes differ
+  EXPECT_FALSE(kernels::causal_attention_fits(qkv(16, torch::kBFloat16), q, q));  // not fp32/fp64
+  const torch::Tensor longer = qkv(kernels::kCausalAttentionMaxTokens + 1, torch::kFloat);
+  EXPECT_FALSE(kernels::causal_attention_fits(longer, longer, longer));
   // The kept scores' bound: (B H) T (T + T / 4) / 2 floats, 335 MB at B H = 512 and T = 512.
   const torch::Tensor many = torch::zeros({64, 8, 512, 8});
-  EXPECT_FALSE(fused::causal_attention_fits(many, many, many));
-  EXPECT_THROW(fused::causal_attention(longer, longer, longer, 1.0), c10::Error);
+  EXPECT_FALSE(kernels::causal_attention_fits(many, many, many));
+  EXPECT_THROW(kernels::causal_attention(longer, longer, longer, 1.0), c10::Error);
   // PerHead takes whole heads: with fewer heads than threads the batched path runs.
   const bool blas = attention_paths().size() == 2;
   const int threads = at::get_num_threads();
-  EXPECT_EQ(fused::causal_attention_path(threads) == fused::CausalAttentionPath::PerHead, blas);
-  EXPECT_EQ(fused::causal_attention_path(threads - 1), fused::CausalAttentionPath::Batched);
+  EXPECT_EQ(kernels::causal_attention_path(threads) == kernels::CausalAttentionPath::PerHead, blas);
+  EXPECT_EQ(kernels::causal_attention_path(threads - 1), kernels::CausalAttentionPath::Batched);
   // PerHead was faster than SDPA's flash kernel at every length in every class; the batched path
   // only below AVX-512 or from 257 tokens (with AVX-512 as fast or slower up to 256).
-  const bool avx512 = fused::vector_isa() == "AVX512";
-  EXPECT_EQ(fused::causal_attention_preferred(threads, 128), blas || !avx512);
-  EXPECT_EQ(fused::causal_attention_preferred(threads, 256), blas || !avx512);
-  EXPECT_EQ(fused::causal_attention_preferred(threads - 1, 256), !avx512);
+  const bool avx512 = kernels::vector_isa() == "AVX512";
+  EXPECT_EQ(kernels::causal_attention_preferred(threads, 128), blas || !avx512);
+  EXPECT_EQ(kernels::causal_attention_preferred(threads, 256), blas || !avx512);
+  EXPECT_EQ(kernels::causal_attention_preferred(threads - 1, 256), !avx512);
   EXPECT_TRUE(
-      fused::causal_attention_preferred(threads - 1, fused::kCausalAttentionAvx512MinTokens));
+      kernels::causal_attention_preferred(threads - 1, kernels::kCausalAttentionAvx512MinTokens));
   // The model's attention names the path its training steps take (2 x 4 heads).
   const std::string own = "normlab (products over causal blocks)";
   const AttentionOptions o = AttentionOptions(64, 4);
   EXPECT_EQ(attention_backend(o, 2, 300, torch::kFloat), own);
   EXPECT_EQ(attention_backend(o, 2, 128, torch::kFloat) == own, !avx512 || (blas && threads <= 8));
   EXPECT_NE(attention_backend(o, 2, 300, torch::kBFloat16), own);
-  EXPECT_NE(attention_backend(o, 2, fused::kCausalAttentionMaxTokens * 2, torch::kFloat), own);
-}
-
-// The BLAS products the per-head attention makes, against at::mm: every transposition, row
-// strides wider than the rows, beta 0 over NaN (written, not read) and beta 1 (added to).
-template <class T>
-void expect_blas_gemm_matches_mm(torch::ScalarType dtype, double tol) {
-  const int64_t m = 5, n = 7, k = 3, pad = 2;
-  for (const bool ta : {false, true})
-    for (const bool tb : {false, true}) {
-      SCOPED_TRACE(std::string(ta ? "a^T" : "a") + (tb ? " b^T" : " b"));
-      // Operands stored as the BLAS reads them, each row `pad` wider than it is used.
-      const torch::Tensor a_store = torch::randn({ta ? k : m, (ta ? m : k) + pad}, dtype);
-      const torch::Tensor b_store = torch::randn({tb ? n : k, (tb ? k : n) + pad}, dtype);
-      const torch::Tensor a = a_store.narrow(1, 0, ta ? m : k),
-                          b = b_store.narrow(1, 0, tb ? k : n);
-      const torch::Tensor want = at::mm(ta ? a.t() : a, tb ? b.t() : b);
-      torch::Tensor c = torch::full({m, n + pad}, std::nan(""), dtype);
-      fused::blas::gemm(ta, tb, m, n, k, T(1), a_store.data_ptr<T>(), a_store.size(1),
-                        b_store.data_ptr<T>(), b_store.size(1), T(0), c.data_ptr<T>(), n + pad);
-      EXPECT_TRUE(close(c.narrow(1, 0, n), want, tol)) << "beta 0";
-      EXPECT_TRUE(torch::isnan(c.narrow(1, n, pad)).all().item<bool>()) << "past the rows";
-      fused::blas::gemm(ta, tb, m, n, k, T(2), a_store.data_ptr<T>(), a_store.size(1),
-                        b_store.data_ptr<T>(), b_store.size(1), T(1), c.data_ptr<T>(), n + pad);
-      EXPECT_TRUE(close(c.narrow(1, 0, n), want * 3, tol)) << "beta 1, alpha 2";
-    }
-}
-
-TEST(Fused, BlasGemmMatchesMm) {
-  // A BLAS that links must pass the run-time check (else the per-head attention never runs).
-  EXPECT_EQ(fused::blas::available(), fused::blas::linked());
-  if (!fused::blas::available()) GTEST_SKIP() << "no BLAS GEMM in this LibTorch";
-  expect_blas_gemm_matches_mm<double>(torch::kDouble, 1e-12);
-  expect_blas_gemm_matches_mm<float>(torch::kFloat, 1e-5);
-  EXPECT_THROW(fused::blas::gemm(false, false, int64_t{1} << 31, 1, 1, 1.0f, nullptr, 1, nullptr, 1,
-                                 0.0f, nullptr, 1),
-               c10::Error);
+  EXPECT_NE(attention_backend(o, 2, kernels::kCausalAttentionMaxTokens * 2, torch::kFloat), own);
 }
 
 // The kernels' at::parallel_for must reach ATen's threads: compiled without OpenMP (while
 // LibTorch runs on it), every loop ran on the calling thread, 1.6x to 2.7x slower at d_model 512.
-TEST(Fused, KernelsRunOnAtensThreads) {
+TEST(Kernels, KernelsRunOnAtensThreads) {
   const int before = at::get_num_threads();
   at::set_num_threads(2);
-  const int reached = fused::kernel_threads();
+  const int reached = kernels::kernel_threads();
   at::set_num_threads(1);
-  const int alone = fused::kernel_threads();
+  const int alone = kernels::kernel_threads();
   at::set_num_threads(before);
   if (at::get_parallel_info().find("OpenMP") == std::string::npos)
     GTEST_SKIP() << "LibTorch does not run on OpenMP here";
@@ -295,38 +264,38 @@ TEST(Fused, KernelsRunOnAtensThreads) {
 
 // Mismatched shapes are a c10::Error on either path (oneDNN's own error would be a dnnl::error
 // that says only "could not create a primitive descriptor").
-TEST(Fused, LinearRefusesMismatchedShapesAsLibTorchDoes) {
-  EXPECT_THROW(fused::linear(torch::randn({4, 16}), torch::randn({3, 5})), c10::Error);
-  EXPECT_THROW(fused::linear(torch::randn({2, 4, 16}), torch::randn({8, 15})), c10::Error);
+TEST(Kernels, LinearRefusesMismatchedShapesAsLibTorchDoes) {
+  EXPECT_THROW(kernels::linear(torch::randn({4, 16}), torch::randn({3, 5})), c10::Error);
+  EXPECT_THROW(kernels::linear(torch::randn({2, 4, 16}), torch::randn({8, 15})), c10::Error);
   // A vector weight is ATen's matrix-vector product on every path.
-  EXPECT_EQ(fused::linear(torch::randn({2, 4, 16}), torch::randn({16})).sizes(),
+  EXPECT_EQ(kernels::linear(torch::randn({2, 4, 16}), torch::randn({16})).sizes(),
             torch::IntArrayRef({2, 4}));
 }
 
-TEST(Fused, LinearMatchesATenLinear) {
+TEST(Kernels, LinearMatchesATenLinear) {
   torch::manual_seed(4);
   const torch::Tensor x = torch::randn({3, 17, 48}).requires_grad_();
   const torch::Tensor w = (torch::randn({40, 48}) * 0.1).requires_grad_();
-  expect_same([&] { return fused::linear(x, w); }, [&] { return torch::linear(x, w); }, {x, w},
+  expect_same([&] { return kernels::linear(x, w); }, [&] { return torch::linear(x, w); }, {x, w},
               2e-6);
   // A strided input (a slice of a wider activation) and an input that needs no gradient.
   const torch::Tensor wide = torch::randn({5, 96}).requires_grad_();
-  expect_same([&] { return fused::linear(wide.narrow(1, 10, 48), w); },
+  expect_same([&] { return kernels::linear(wide.narrow(1, 10, 48), w); },
               [&] { return torch::linear(wide.narrow(1, 10, 48), w); }, {wide, w}, 2e-6);
   const torch::Tensor frozen = torch::randn({4, 48});
-  expect_same([&] { return fused::linear(frozen, w); }, [&] { return torch::linear(frozen, w); },
+  expect_same([&] { return kernels::linear(frozen, w); }, [&] { return torch::linear(frozen, w); },
               {w}, 2e-6);
-  std::cout << "oneDNN linear in this build: " << (fused::onednn_linear_available() ? "yes" : "no")
-            << "\n";
+  std::cout << "oneDNN linear in this build: "
+            << (kernels::onednn_linear_available() ? "yes" : "no") << "\n";
 }
 
 // An empty input (no rows) gives an empty output and a weight gradient of exactly zero (the
 // oneDNN kernel left that gradient unwritten: whatever the memory held).
-TEST(Fused, LinearOfNoRowsHasAZeroWeightGradient) {
+TEST(Kernels, LinearOfNoRowsHasAZeroWeightGradient) {
   for (int i = 0; i < 3; ++i) {  // fresh allocations that may reuse dirty memory
     const torch::Tensor garbage = torch::full({40, 48}, 7.0f);
     const torch::Tensor w = torch::randn({40, 48}).requires_grad_();
-    const torch::Tensor y = fused::linear(torch::randn({0, 48}).requires_grad_(), w);
+    const torch::Tensor y = kernels::linear(torch::randn({0, 48}).requires_grad_(), w);
     EXPECT_EQ(y.sizes(), torch::IntArrayRef({0, 40}));
     (y.sum() + (w * 0).sum()).backward();
     ASSERT_TRUE(w.grad().defined());
@@ -334,17 +303,83 @@ TEST(Fused, LinearOfNoRowsHasAZeroWeightGradient) {
   }
 }
 
-TEST(Fused, UnfusedDevicesAndDtypesTakeTheComposition) {
+namespace {
+
+struct CrossEntropyCase {
+  torch::Tensor logits, targets;
+  CrossEntropyCase(int64_t N, int64_t V, torch::ScalarType dtype) {
+    logits = torch::randn({N, V}, torch::kDouble) * 4.0;
+    logits[0] += 1e4;
+    logits = logits.to(dtype);
+    targets = torch::randint(V, {N}, torch::kLong);
+    targets[3] = -100;
+    targets[N - 1] = -100;
+  }
+};
+
+}  // namespace
+
+TEST(KernelsCrossEntropy, MatchesAtenValueAndGradient) {
+  torch::manual_seed(11);
+  // Row widths: below one lane step, not a multiple of any lane count (4, 8, 16), and wide.
+  for (const int64_t V : {int64_t{3}, int64_t{37}, int64_t{4099}}) {
+    for (const auto dtype : {torch::kDouble, torch::kFloat}) {
+      SCOPED_TRACE("V " + std::to_string(V) +
+                   (dtype == torch::kDouble ? ", float64" : ", float32"));
+      const CrossEntropyCase c(29, V, dtype);
+      const torch::Tensor ours = c.logits.clone().requires_grad_(true),
+                          ref = c.logits.clone().requires_grad_(true);
+      const torch::Tensor loss = kernels::cross_entropy(ours, c.targets);
+      const torch::Tensor ref_loss = torch::cross_entropy_loss(ref, c.targets);
+      (loss * 3.0).backward();  // the incoming gradient scales the logits' gradient
+      (ref_loss * 3.0).backward();
+      const bool f64 = dtype == torch::kDouble;
+      EXPECT_EQ(loss.scalar_type(), dtype);
+      EXPECT_NEAR(loss.item<double>(), ref_loss.item<double>(), f64 ? 1e-12 : 1e-5);
+      // float32: a few ulp of the exponentials and of lse (about 10 here) scale every entry.
+      EXPECT_TRUE(
+          test::close_per_element(ours.grad(), ref.grad(), f64 ? 1e-11 : 2e-5, f64 ? 1e-14 : 1e-7));
+      EXPECT_EQ(ours.grad()[3].abs().max().item<double>(), 0.0);  // a row left out
+    }
+  }
+}
+
+TEST(KernelsCrossEntropy, LeavesOutRowsOfTargetMinus100AndRefusesOtherTargets) {
+  torch::manual_seed(12);
+  const torch::Tensor x = torch::randn({5, 7}).requires_grad_(true);
+  // No row counted: the mean of nothing, NaN, as ATen's; the gradient is zero.
+  const torch::Tensor none = torch::full({5}, -100, torch::kLong);
+  const torch::Tensor loss = kernels::cross_entropy(x, none);
+  EXPECT_TRUE(std::isnan(loss.item<double>()));
+  EXPECT_TRUE(std::isnan(torch::cross_entropy_loss(x, none).item<double>()));
+  loss.backward();
+  EXPECT_EQ(x.grad().abs().max().item<double>(), 0.0);
+  for (const int64_t bad : {int64_t{7}, int64_t{-1}, int64_t{-101}}) {
+    torch::Tensor t = torch::zeros({5}, torch::kLong);
+    t[2] = bad;
+    const std::string message = test::error_message([&] { kernels::cross_entropy(x.detach(), t); });
+    EXPECT_NE(message.find("target " + std::to_string(bad) + " is out of bounds"),
+              std::string::npos)
+        << message;
+  }
+  // A NaN in a counted row reaches the loss, as in ATen's.
+  torch::Tensor y = torch::randn({4, 9});
+  y[1][5] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(
+      std::isnan(kernels::cross_entropy(y, torch::randint(9, {4}, torch::kLong)).item<double>()));
+}
+
+TEST(Kernels, UnfusedDevicesAndDtypesTakeTheComposition) {
   const torch::Tensor x = torch::randn({4, 8}).to(torch::kBFloat16);
   const torch::Tensor q = torch::randn({1, 2, 1, 4}).to(torch::kBFloat16);
   const torch::Tensor c = torch::randn({2, 4}).to(torch::kBFloat16),
                       s = torch::randn({2, 4}).to(torch::kBFloat16);
-  EXPECT_TRUE(torch::equal(fused::rope(q, c, s), rope_ref(q, c, s)));
-  EXPECT_TRUE(torch::equal(fused::swiglu(x), swiglu_ref(x)));
-  EXPECT_EQ(fused::rms_norm(x, {}, 1e-5).scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(kernels::rope(q, c, s), rope_ref(q, c, s)));
+  EXPECT_TRUE(torch::equal(kernels::swiglu(x), swiglu_ref(x)));
+  EXPECT_EQ(kernels::rms_norm(x, {}, 1e-5).scalar_type(), torch::kBFloat16);
 }
 
-TEST(Fused, AddRmsNormOffCudaIsTheNormsComposition) {
+TEST(Kernels, AddRmsNormOffCudaIsTheNormsComposition) {
   // Against the formulas, for the dtypes the model's streams take.
   EXPECT_TRUE(test::add_rms_norm_matches_reference(torch::kCPU, torch::kDouble, torch::kDouble, 6,
                                                    40, 1.0, 1e-7));  // w is fp32
@@ -367,31 +402,5 @@ TEST(Fused, AddRmsNormOffCudaIsTheNormsComposition) {
   }
   // Dispatch: the CUDA kernels never take CPU tensors.
   EXPECT_FALSE(
-      fused::fusable_add_rms_norm(torch::zeros({2, 4}), torch::zeros({2, 4}), torch::ones({4})));
-}
-
-// The caching allocator (not installed here: that would switch the whole test process).
-TEST(CpuCachingAllocator, ReusesFreedBlocksOfTheSameSize) {
-  CpuCachingAllocator a(/*max_cached_bytes=*/1 << 20);
-  void* first = nullptr;
-  {
-    c10::DataPtr p = a.allocate(1000);
-    first = p.get();
-    ASSERT_EQ(reinterpret_cast<uintptr_t>(first) % 64, 0u);
-    std::memset(first, 7, 1000);
-    EXPECT_EQ(p.get(), p.get_context());  // LibTorch's raw_allocate relies on this
-  }
-  EXPECT_EQ(a.stats().cached_bytes, 1024u);
-  {
-    c10::DataPtr again = a.allocate(1000);
-    EXPECT_EQ(again.get(), first);
-    c10::DataPtr other = a.allocate(5000);
-    EXPECT_NE(other.get(), first);
-  }
-  EXPECT_EQ(a.stats().allocations, 3u);
-  EXPECT_EQ(a.stats().reused, 1u);
-  {
-    c10::DataPtr huge = a.allocate(2 << 20);  // beyond the cap: freed to the system
-  }
-  EXPECT_EQ(a.stats().cached_bytes, 1024u + 5056u);
+      kernels::fusable_add_rms_norm(torch::zeros({2, 4}), torch::zeros({2, 4}), torch::ones({4})));
 }

@@ -1,31 +1,33 @@
-// Faster kernels for the CPU training step, each an autograd function with its own backward,
-// tested against the plain ATen composition (tests/unit/nn/test_fused.cpp):
-//   rms_norm(x, w, eps) = w * x * rsqrt(mean(x^2) + eps)    one pass per row (float32/float64)
-//   rope(x, cos, sin)   = x * cos + cat(-x2, x1) * sin      x (B, T, H, D), tables (T, D)
-//   swiglu(u)           = silu(g) * v,  [v | g] = u          one pass each way (fused_swiglu.cpp)
+// normlab's own kernels, the ops the model calls (src/kernels/: cpu/ for the CPU, cuda/ for
+// CUDA). Each is an autograd function with its own backward, tested against the plain ATen
+// composition it replaces (tests/unit/kernels/):
+//   rms_norm(x, w, eps) = w * x * rsqrt(mean(x^2) + eps)    one pass per row          rms_norm.cpp
+//   rope(x, cos, sin)   = x * cos + cat(-x2, x1) * sin      x (B, T, H, D), tables (T, D)  rope.cpp
+//   swiglu(u)           = silu(g) * v,  [v | g] = u          one pass each way          swiglu.cpp
 //   causal_attention(q, k, v, scale) = softmax(scale q k^T + causal mask) v
 //                                       products over blocks of queries, one-pass softmax and its
 //                                       backward between them, a thread per head on the BLAS
-//                                       (fused_attention.cpp, nn/blas.h)
+//                                                                              causal_attention.cpp
 //   cross_entropy(x, t) = mean_i (logsumexp(x_i) - x_i,t_i)  rows of target -100 left out, as
 //                                       torch::cross_entropy_loss; one pass over a row each way
-//                                       (fused_cross_entropy.cpp)
+//                                                                                 cross_entropy.cpp
 //   linear(x, w)        = x w^T                             float32 GEMMs through oneDNN where
 //                                                            it runs (else ATen's linear)
-// Other devices and dtypes take the ATen ops. One op is CUDA-only (add_rms_norm.cpp, kernels in
-// src/nn/kernels/kernels.cu; Norm::add_forward composes it everywhere else):
+//                                                                                 onednn_linear.cpp
+// The CPU kernels take float32 and float64 tensors on the CPU (cpu_fusable); other devices and
+// dtypes take the ATen ops. One op is CUDA-only (cuda/add_rms_norm.cu; Norm::add_forward
+// composes it everywhere else):
 //   add_rms_norm(x, b, d, w) = (r, w * r * rsqrt(mean(r^2) + eps)),  r = x + b / d
 // the residual add of a sub-layer and the RMSNorm that follows it, in one pass per row.
-// Measured effect on a training step: docs/performance-cpu.md, which also lists what was
-// tried and dropped.
+// What this build and this machine offer the kernels: capabilities.h. Measured effect on a
+// training step: docs/performance-cpu.md.
 #pragma once
 
 #include <torch/types.h>
 
-#include <string>
 #include <utility>
 
-namespace normlab::fused {
+namespace normlab::kernels {
 
 /// `weight` may be undefined (no gain).
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
@@ -42,7 +44,7 @@ torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& ta
 
 /// How causal_attention computes:
 ///   PerHead  each thread takes whole heads, every block's products through the BLAS that
-///            LibTorch carries (nn/blas.h), reading q, k, v and writing the output and the
+///            LibTorch carries (cpu/blas.h), reading q, k, v and writing the output and the
 ///            gradients in their own strides: one parallel region each way, nothing copied.
 ///   Batched  each block's products over all heads at once through ATen (at::bmm), on contiguous
 ///            copies: the path where the BLAS is not available.
@@ -65,7 +67,7 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, double scale, CausalAttentionPath path);
 
 /// The bounds of causal_attention: sequences up to this many tokens, and the softmax blocks it
-/// keeps for the backward (about B H T^2 / 2 values) within this many bytes a layer.
+/// keeps for the backward (about B H T (T + block) / 2 values) within this many bytes a call.
 constexpr int64_t kCausalAttentionMaxTokens = 512;
 constexpr int64_t kCausalAttentionMaxKeptBytes = int64_t{128} << 20;
 
@@ -78,13 +80,8 @@ bool causal_attention_preferred(int64_t batch_heads, int64_t tokens);
 constexpr int64_t kCausalAttentionAvx512MinTokens = 257;
 
 /// True when causal_attention takes these: q, k, v of one shape (B, H, T, D), non-empty, one
-/// dtype that cpu_fusable accepts, within the bounds above.
+/// dtype that cpu_fusable accepts, on the CPU, within the bounds above.
 bool causal_attention_fits(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
-
-/// The instruction set of the float32 loops of swiglu and causal_attention's softmax: "AVX512",
-/// "AVX2" (with FMA) or "portable", following ATen's CPU capability (so ATEN_CPU_CAPABILITY
-/// lowers them with ATen's kernels); "portable" off x86-64 or off GCC and Clang.
-std::string vector_isa();
 
 /// (r, n) as above: one fused CUDA kernel forward and one backward. Only for tensors that
 /// fusable_add_rms_norm accepts (throws otherwise); Norm::add_forward dispatches.
@@ -97,21 +94,8 @@ std::pair<torch::Tensor, torch::Tensor> add_rms_norm(const torch::Tensor& x, con
 bool fusable_add_rms_norm(const torch::Tensor& x, const torch::Tensor& b,
                           const torch::Tensor& weight);
 
-/// The CUDA architectures normlab's own kernels (src/nn/kernels) were compiled for, e.g. "90";
-/// empty when this build has no kernels (NORMLAB_CUDA off or no nvcc).
-std::string own_kernels_archs();
-
-/// Whether linear() uses oneDNN here: LibTorch exports its matmul, has oneDNN, and lets the
-/// matmul run on this CPU as oneDNN sees it (onednn_matmul_usable, util/cpu_class.h); else
-/// ATen's linear.
-bool onednn_linear_available();
-
-/// How many of ATen's threads the CPU kernels' at::parallel_for reaches: a two-task loop is run
-/// and its calls counted. 2 where ATen has two threads or more and this build compiled the
-/// kernels with OpenMP (cmake/NormlabTorch.cmake); 1 where they run on the calling thread.
-int kernel_threads();
-
-/// True when these tensors take the fused CPU kernels (else the ATen composition).
+/// True when these tensors take the CPU kernels (else the ATen composition): float32 or float64
+/// on the CPU.
 bool cpu_fusable(const torch::Tensor& x);
 
-}  // namespace normlab::fused
+}  // namespace normlab::kernels

@@ -1,6 +1,6 @@
 // Row-major GEMMs on raw pointers through the Fortran BLAS that LibTorch carries (MKL's sgemm_
 // and dgemm_ in the x86-64 wheels), for a kernel that makes many small products inside its own
-// parallel loop (fused::causal_attention, per head), where an ATen op per product would cost
+// parallel loop (kernels::causal_attention, per head), where an ATen op per product would cost
 // more than the product and ATen's batched ops wait for every thread between products. Called
 // on one of ATen's threads, the BLAS runs on that thread alone.
 //
@@ -10,7 +10,7 @@
 #pragma once
 #include <cstdint>
 
-namespace normlab::fused::blas {
+namespace normlab::kernels::cpu::blas {
 
 /// True when this build links the BLAS GEMMs (the configure check, NORMLAB_HAVE_BLAS_GEMM).
 bool linked();
@@ -27,4 +27,4 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
           const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
           int64_t ldc);
 
-}  // namespace normlab::fused::blas
+}  // namespace normlab::kernels::cpu::blas

@@ -1,4 +1,4 @@
-// The kernels library: the fused residual-add + RMSNorm forward and backward (kernels.h).
+// The fused residual-add + RMSNorm forward and backward on CUDA (launchers.h).
 // One thread block per row at a time (grid-stride over rows), fp32 arithmetic whatever the
 // storage dtype, one block-wide reduction per row. The chain they replace (add, square, mean,
 // rsqrt, two multiplies, and in the backward as many again) is memory-bound: each kernel reads
@@ -11,9 +11,9 @@
 #include <string>
 #include <type_traits>
 
-#include "nn/kernels/kernels.h"
+#include "kernels/cuda/launchers.h"
 
-namespace normlab::kernels {
+namespace normlab::kernels::cuda {
 
 bool compiled() { return true; }
 
@@ -146,4 +146,4 @@ void add_rms_norm_backward(const void* r, const float* rstd, const float* w, con
   check_launch("add_rms_norm backward");
 }
 
-}  // namespace normlab::kernels
+}  // namespace normlab::kernels::cuda

@@ -1,12 +1,13 @@
-// normlab's own CUDA kernels (compiled by nvcc for sm_90 when NORMLAB_CUDA is on). Private to
-// the library: callers go through the public ops that dispatch to them (fused.h). The launchers
+// The launchers of normlab's own CUDA kernels (add_rms_norm.cu, compiled by nvcc for
+// NORMLAB_CUDA_ARCHS when NORMLAB_CUDA is on). Private to the kernels wing: callers go through
+// the public ops that dispatch to them (normlab/kernels/ops.h). The launchers
 // take raw device pointers and a cudaStream_t passed as void*, so that nvcc never compiles
 // LibTorch's headers; they throw std::runtime_error when a launch fails.
 #pragma once
 
 #include <cstdint>
 
-namespace normlab::kernels {
+namespace normlab::kernels::cuda {
 
 /// True: the kernels library was compiled and linked into this build.
 bool compiled();
@@ -34,4 +35,4 @@ void add_rms_norm_backward(const void* r, const float* rstd, const float* w, con
                            const void* dr_in, Dtype s, void* gx, void* gb, Dtype bt,
                            float* gw_partial, int64_t rows, int cols, float inv_div, void* stream);
 
-}  // namespace normlab::kernels
+}  // namespace normlab::kernels::cuda

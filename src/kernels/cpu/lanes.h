@@ -1,0 +1,179 @@
+// Lanes of numbers for normlab's CPU kernels: GCC/Clang vector types, so that one kernel body
+// compiles for each instruction set in its own registers; isa.h compiles it once per instruction
+// set and picks one at run time.
+//
+// Why not ATen's at::vec::Vectorized: it picks its instruction set when its source is compiled
+// (CPU_CAPABILITY, one copy of each kernel per capability under ATen's own build rules), and its
+// headers (ATen/cpu/vec/) are ATen's internals, not LibTorch's public API. normlab's kernels are
+// compiled once per instruction set with a target attribute and follow ATen's capability at run
+// time; the vector types below need nothing but the compiler. Highway would give the same
+// run-time choice as a dependency; these few operations do not need it yet (docs/dependencies.md).
+//
+// Every lane function is always inlined into a function compiled for one instruction set
+// (isa.h), so no vector crosses a call. Left to GCC's auto-vectoriser, an exp with a clamp became
+// three branches computed in every lane, whose unused ones made denormals (a microcode assist
+// each: 4x slower than ATen's kernels); written on vector types, each lane computes one formula.
+//
+// The one tail rule (steps): a row of n numbers is walked in steps of L::n lanes; the last,
+// partial step runs the same lane code on a padded copy (Part: loads fill the missing lanes with
+// a value the caller names, stores write only the lanes that exist, keep() zeroes the others
+// before a sum). So every element takes the same formula, whatever its position in the row.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#if defined(__GNUC__)
+#define NORMLAB_LANES 1
+#define NORMLAB_ALWAYS_INLINE inline __attribute__((always_inline))
+// A lambda inside a lane body: inlined as well, so that it is compiled for the caller's
+// instruction set (a lambda does not inherit its enclosing function's target attribute).
+#define NORMLAB_INLINE_LAMBDA __attribute__((always_inline))
+// GCC notes that a vector argument's ABI depends on the instruction set; the lane functions are
+// always inlined, so it does not apply (GCC gives the note at the end of the file).
+#pragma GCC diagnostic ignored "-Wpsabi"
+#else
+#define NORMLAB_LANES 0
+#define NORMLAB_ALWAYS_INLINE inline
+#define NORMLAB_INLINE_LAMBDA
+#endif
+
+namespace normlab::kernels::cpu {
+
+/// One number a lane: the float64 kernels, and every kernel where the compiler has no vector
+/// types. Every lane operation below is then the plain formula on one number.
+template <class T>
+struct One {
+  using Scalar = T;
+  using F = T;
+  static constexpr int64_t n = 1;
+};
+
+#if NORMLAB_LANES
+/// B bytes of T: 16 (SSE2, the x86-64 baseline), 32 (AVX2), 64 (AVX-512).
+template <class T, int B>
+struct Lanes {
+  using Scalar = T;
+  typedef T F __attribute__((vector_size(B)));
+  typedef int32_t I __attribute__((vector_size(B)));
+  typedef uint32_t U __attribute__((vector_size(B)));
+  static constexpr int64_t n = B / static_cast<int>(sizeof(T));
+};
+#endif
+
+template <class L>
+NORMLAB_ALWAYS_INLINE typename L::F load(const typename L::Scalar* p) {
+  typename L::F x;
+  std::memcpy(&x, p, sizeof x);
+  return x;
+}
+
+template <class L>
+NORMLAB_ALWAYS_INLINE void store(typename L::Scalar* p, typename L::F x) {
+  std::memcpy(p, &x, sizeof x);
+}
+
+template <class L>
+NORMLAB_ALWAYS_INLINE typename L::F splat(typename L::Scalar a) {
+  return typename L::F{} + a;
+}
+
+/// The sum of the lanes, lane 0 first.
+template <class L>
+NORMLAB_ALWAYS_INLINE typename L::Scalar hsum(typename L::F v) {
+  if constexpr (L::n == 1) {
+    return v;
+  } else {
+    typename L::Scalar s = 0;
+    for (int64_t k = 0; k < L::n; ++k) s += v[k];
+    return s;
+  }
+}
+
+/// The largest lane; NaN lanes are passed over, as the lane-wise `a > b ? a : b` does.
+template <class L>
+NORMLAB_ALWAYS_INLINE typename L::Scalar hmax(typename L::F v) {
+  typename L::Scalar m = -std::numeric_limits<typename L::Scalar>::infinity();
+  if constexpr (L::n == 1) {
+    m = v > m ? v : m;
+  } else {
+    for (int64_t k = 0; k < L::n; ++k) m = v[k] > m ? v[k] : m;
+  }
+  return m;
+}
+
+/// e^x. One<T>: std::exp. float lanes: x = n ln2 + r, |r| <= ln2/2 (Cody-Waite), Cephes'
+/// degree-5 minimax polynomial for e^r, and 2^n put into the exponent bits. Within 2 ulp of
+/// std::exp on [-87, 88]; x is clamped to that range first, which changes only results that
+/// would under- or overflow (the SwiGLU tests run inputs far outside it). NaN stays NaN.
+template <class L>
+NORMLAB_ALWAYS_INLINE typename L::F exp(typename L::F x) {
+  if constexpr (L::n == 1) {
+    return std::exp(x);
+  } else {
+#if NORMLAB_LANES
+    static_assert(sizeof(typename L::Scalar) == 4, "the lanes' exp is float32's");
+    using F = typename L::F;
+    const F lo = F{} - 87.0f, hi = F{} + 88.0f;
+    x = x < lo ? lo : x;
+    x = x > hi ? hi : x;
+    const F magic = F{} + 12582912.0f;  // 1.5 * 2^23: adding and removing it rounds to an integer
+    const F n = (x * 1.44269504088896341f + magic) - magic;
+    const F r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+    F p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const F er = p * (r * r) + r + 1.0f;
+    const typename L::U bits =
+        (reinterpret_cast<typename L::U>(__builtin_convertvector(n, typename L::I)) + 127u) << 23;
+    return er * reinterpret_cast<F>(bits);
+#endif
+  }
+}
+
+/// A whole step of a row: L::n numbers from p on.
+template <class L>
+struct Full {
+  using S = typename L::Scalar;
+  NORMLAB_ALWAYS_INLINE typename L::F load(const S* p, S = 0) const { return cpu::load<L>(p); }
+  NORMLAB_ALWAYS_INLINE void store(S* p, typename L::F x) const { cpu::store<L>(p, x); }
+  NORMLAB_ALWAYS_INLINE typename L::F keep(typename L::F x) const { return x; }
+};
+
+/// The last step of a row, `count` < L::n numbers: a padded copy (see the tail rule above).
+template <class L>
+struct Part {
+  using S = typename L::Scalar;
+  int64_t count;
+  NORMLAB_ALWAYS_INLINE typename L::F load(const S* p, S fill = 0) const {
+    S buf[L::n];
+    for (int64_t k = 0; k < L::n; ++k) buf[k] = fill;
+    std::memcpy(buf, p, static_cast<size_t>(count) * sizeof(S));
+    return cpu::load<L>(buf);
+  }
+  NORMLAB_ALWAYS_INLINE void store(S* p, typename L::F x) const {
+    std::memcpy(p, &x, static_cast<size_t>(count) * sizeof(S));
+  }
+  /// x with the lanes past `count` zeroed, before they join a sum.
+  NORMLAB_ALWAYS_INLINE typename L::F keep(typename L::F x) const {
+    S buf[L::n];
+    cpu::store<L>(buf, x);
+    for (int64_t k = count; k < L::n; ++k) buf[k] = 0;
+    return cpu::load<L>(buf);
+  }
+};
+
+/// fn(j, step) for j = 0, L::n, 2 L::n, ... < n: step is Full<L> for each whole step and
+/// Part<L> for the last, partial one (the tail rule above).
+template <class L, class Fn>
+NORMLAB_ALWAYS_INLINE void steps(int64_t n, Fn&& fn) {
+  int64_t j = 0;
+  for (; j + L::n <= n; j += L::n) fn(j, Full<L>{});
+  if (j < n) fn(j, Part<L>{n - j});
+}
+
+}  // namespace normlab::kernels::cpu
