@@ -3,7 +3,9 @@
 # baseline build (BASE, e.g. a copy of build/ made before a change) and of this build
 # (NORMLAB_BUILD_DIR, default build/), alternating ROUNDS times on this machine. Prints each
 # row's median over the rounds: ATen's time (both builds' runs pooled), the baseline's and this
-# build's normlab time, and base / this (> 1: this build faster). The per-build library is
+# build's normlab time, and base / this (> 1: this build faster); and "vs ATen", the same ratio
+# with each run's normlab time taken over the ATen time of its own process, which cancels the
+# host's drift between processes. The order of the two builds alternates from round to round. The per-build library is
 # picked with LD_LIBRARY_PATH (the binaries' RUNPATH names their own build folder otherwise).
 # Usage: tools/bench/ab_kernels.sh BASE [ROUNDS=3] [normlab-bench-kernels options...]
 set -euo pipefail
@@ -19,11 +21,13 @@ done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); $(nproc) threads; $rounds rounds; base $base, this $build"
-for ((r = 0; r < rounds; r++)); do
-  LD_LIBRARY_PATH="$base/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-    "$base/tools/bench/normlab-bench-kernels" --cpu "$@" >> "$work/base"
-  LD_LIBRARY_PATH="$build/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-    "$build/tools/bench/normlab-bench-kernels" --cpu "$@" >> "$work/this"
+side() {  # side NAME BUILD: one run of BUILD's benchmark, appended to $work/NAME
+  LD_LIBRARY_PATH="$2/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    "$2/tools/bench/normlab-bench-kernels" --cpu "${args[@]}" >> "$work/$1"
+}
+args=("$@")
+for ((r = 0; r < rounds; r++)); do  # the order alternates, so that neither build always goes first
+  if ((r % 2 == 0)); then side base "$base"; side this "$build"; else side this "$build"; side base "$base"; fi
 done
 "$py" - "$work/base" "$work/this" <<'PY'
 import re, statistics, sys
@@ -36,7 +40,8 @@ def rows(path):
             out.setdefault(m.group(1), []).append((float(m.group(2)), float(m.group(3))))
     return out
 base, this = rows(sys.argv[1]), rows(sys.argv[2])
-print("  %-42s %9s %9s %9s %8s" % ("op (shape)", "ATen ms", "base ms", "this ms", "base/this"))
+print("  %-42s %9s %9s %9s %9s %9s" % ("op (shape)", "ATen ms", "base ms", "this ms", "base/this",
+                                         "vs ATen"))
 for name in base:
     if name not in this:
         print("  %-42s only in the base build" % name)
@@ -44,7 +49,11 @@ for name in base:
     aten = statistics.median([a for a, _ in base[name] + this[name]])
     b = statistics.median([o for _, o in base[name]])
     t = statistics.median([o for _, o in this[name]])
-    print("  %-42s %9.3f %9.3f %9.3f %7.2fx" % (name, aten, b, t, b / t))
+    # Each run's normlab time over the ATen time of the same process: the host's drift between
+    # processes cancels. The ratio of the two builds' medians of it.
+    rb = statistics.median([o / a for a, o in base[name]])
+    rt = statistics.median([o / a for a, o in this[name]])
+    print("  %-42s %9.3f %9.3f %9.3f %8.2fx %8.2fx" % (name, aten, b, t, b / t, rb / rt))
 for name in this:
     if name not in base:
         print("  %-42s only in this build" % name)

@@ -48,20 +48,8 @@ struct SoftmaxRow {
   static NORMLAB_ALWAYS_INLINE void run(typename L::Scalar* x, int64_t seen, int64_t n,
                                         typename L::Scalar scale) {
     using T = typename L::Scalar;
-    const T inf = std::numeric_limits<T>::infinity();
-    typename L::F mv = cpu::splat<L>(-inf);
-    steps<L>(seen, [&](int64_t j, auto s) NORMLAB_INLINE_LAMBDA {
-      const auto xv = s.load(x + j, -inf);
-      mv = xv > mv ? xv : mv;
-    });
-    const T m = cpu::hmax<L>(mv);
-    typename L::F sv = cpu::splat<L>(0);
-    steps<L>(seen, [&](int64_t j, auto s) NORMLAB_INLINE_LAMBDA {
-      const auto e = cpu::exp<L>((s.load(x + j, m) - m) * scale);
-      s.store(x + j, e);
-      sv += s.keep(e);
-    });
-    const T inv = T(1) / cpu::hsum<L>(sv);
+    const T m = cpu::row_max<L>(x, seen);
+    const T inv = T(1) / cpu::exp_sum<L>(x, seen, m, scale, x);
     steps<L>(seen,
              [&](int64_t j, auto s) NORMLAB_INLINE_LAMBDA { s.store(x + j, s.load(x + j) * inv); });
     for (int64_t j = seen; j < n; ++j) x[j] = 0;

@@ -39,20 +39,8 @@ struct LogSumExpRow {
   template <class L>
   static NORMLAB_ALWAYS_INLINE void run(const typename L::Scalar* x, int64_t V,
                                         typename L::Scalar* ml) {
-    using T = typename L::Scalar;
-    const T inf = std::numeric_limits<T>::infinity();
-    typename L::F mv = cpu::splat<L>(-inf);
-    steps<L>(V, [&](int64_t j, auto s) NORMLAB_INLINE_LAMBDA {
-      const auto xl = s.load(x + j, -inf);
-      mv = xl > mv ? xl : mv;
-    });
-    const T m = cpu::hmax<L>(mv);
-    const typename L::F mm = cpu::splat<L>(m);
-    typename L::F sv = cpu::splat<L>(0);
-    steps<L>(V, [&](int64_t j, auto s)
-                    NORMLAB_INLINE_LAMBDA { sv += s.keep(cpu::exp<L>(s.load(x + j, m) - mm)); });
-    ml[0] = m;
-    ml[1] = std::log(cpu::hsum<L>(sv));
+    ml[0] = cpu::row_max<L>(x, V);
+    ml[1] = std::log(cpu::exp_sum<L>(x, V, ml[0], 1, nullptr));
   }
 };
 

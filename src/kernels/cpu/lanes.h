@@ -176,4 +176,31 @@ NORMLAB_ALWAYS_INLINE void steps(int64_t n, Fn&& fn) {
   if (j < n) fn(j, Part<L>{n - j});
 }
 
+/// The largest of x[0, n) by the tail rule, -inf for none (NaN passed over, as hmax).
+template <class L>
+NORMLAB_ALWAYS_INLINE typename L::Scalar row_max(const typename L::Scalar* x, int64_t n) {
+  const typename L::Scalar inf = std::numeric_limits<typename L::Scalar>::infinity();
+  typename L::F mv = splat<L>(-inf);
+  steps<L>(n, [&](int64_t j, auto s) NORMLAB_INLINE_LAMBDA {
+    const auto xl = s.load(x + j, -inf);
+    mv = xl > mv ? xl : mv;
+  });
+  return hmax<L>(mv);
+}
+
+/// sum_j e^(scale (x_j - m)) over x[0, n), each term also written to out[j] where out is not
+/// null: a softmax's or a log-sum-exp's sum after row_max (m), by the tail rule.
+template <class L>
+NORMLAB_ALWAYS_INLINE typename L::Scalar exp_sum(const typename L::Scalar* x, int64_t n,
+                                                 typename L::Scalar m, typename L::Scalar scale,
+                                                 typename L::Scalar* out) {
+  typename L::F sv = splat<L>(0);
+  steps<L>(n, [&](int64_t j, auto s) NORMLAB_INLINE_LAMBDA {
+    const auto e = exp<L>((s.load(x + j, m) - m) * scale);
+    if (out) s.store(out + j, e);
+    sv += s.keep(e);
+  });
+  return hsum<L>(sv);
+}
+
 }  // namespace normlab::kernels::cpu
