@@ -95,6 +95,7 @@ set(NORMLAB_SOURCES
   train/olmo_checkpoint.cpp
   train/optimizer.cpp
   train/precision.cpp
+  train/precision_probe.cpp
   train/run_folder.cpp
   train/run_summary.cpp
   train/schedule.cpp

@@ -34,7 +34,7 @@ class TrainSuite : public ::testing::Test {
     dir_ = nullptr;
   }
   /// A tiny model (vocabulary 400, d_model 32, 2 layers, 4 heads, d_ff 64) trained in fp32 (auto
-  /// would be bf16 on a CPU with AMX or AVX512-BF16) on the suite's shards, sequences of 16, 4 a
+  /// could be bf16 on a CPU with AMX or AVX512-BF16) on the suite's shards, sequences of 16, 4 a
   /// step in micro-batches of 2; then `overrides`, then `extra`.
   static RunConfig run_config(std::vector<std::string> overrides,
                               const std::vector<std::string>& extra) {

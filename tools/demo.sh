@@ -2,8 +2,8 @@
 # The main job on the built-in default data, from a fresh clone: set up, build the CLI (only
 # what the demo runs: the `normlab` program and the library), turn the King James Bible into a
 # tokenizer and token shards, train a SiameseNorm (hybrid-pre) model on the CPU with
-# configs/small/lm.yaml (200 steps in bf16 on a CPU with AMX, else 120 in fp32: the demo says
-# which and why), print the validation perplexity, export the model, draw its loss
+# configs/small/lm.yaml (200 steps where train.precision = auto picks bf16, measured on this
+# CPU, else 120 in fp32: the demo says which and why), print the validation perplexity, export the model, draw its loss
 # curve (runs/demo/loss.png) and print greedy continuations of a few prompts. The last lines
 # give the time of each phase.
 # Re-running continues the same run (runs/demo), so a finished demo returns at once.
@@ -31,19 +31,25 @@ phase build
 "$root/tools/prepare_corpus.sh"
 phase data
 
-# train.precision = auto: bf16 autocast on a CPU with AMX, else fp32 (the log's
-# "precision:" line says which and why). In fp32 a step takes about twice as long (2-core AMD
-# EPYC with AVX2 only: 200 steps in 301 s), so the demo trains 120 steps there, to stay within
-# 10 minutes from a fresh clone; the samples stay readable. DEMO_SET=train.steps=N overrides.
+# train.precision = auto: bf16 autocast where this CPU computes bf16 natively and this model's
+# GEMMs measured faster in bf16 (`normlab info --precision` measures them, or reads the cache,
+# as `normlab train` does), else fp32. In fp32 a step takes about twice as long (2-core AMD EPYC
+# with AVX2 only: 200 steps in 301 s), so the demo trains 120 steps there, to stay within 10
+# minutes from a fresh clone; the samples stay readable. DEMO_SET=train.steps=N overrides.
+# The demo trains on the CPU (train.device=cpu), also on a machine with a GPU.
+demo_sets=(--set model.scheme=siamese_hybrid --set train.device=cpu --set train.precision=auto)
+choice=$("$normlab" info --config configs/small/lm.yaml "${demo_sets[@]}" --precision \
+         | sed -n 's/^train.precision = auto here: //p')
 steps=200
-if ! "$normlab" version | grep -q "^train.precision = auto on cpu: bf16"; then
-  steps=120
-  echo "demo: training $steps steps, not 200: this CPU trains in fp32 ($("$normlab" version | sed -n 's/^  cpu class: //p')), a step about twice as slow as bf16 with AMX; DEMO_SET=train.steps=200 trains the full length"
-fi
+case $choice in
+  bf16*) echo "demo: training $steps steps in bf16: $choice" ;;
+  *) steps=120
+     echo "demo: training $steps steps in fp32, not 200 (DEMO_SET=train.steps=200 trains the full length): $choice" ;;
+esac
 sets=(--set train.steps=$steps)
 for s in ${DEMO_SET:-}; do sets+=(--set "$s"); done
-"$normlab" train --config configs/small/lm.yaml --set model.scheme=siamese_hybrid \
-  --set train.precision=auto --out runs/demo --resume "${sets[@]}"
+"$normlab" train --config configs/small/lm.yaml "${demo_sets[@]}" --out runs/demo --resume \
+  "${sets[@]}"
 "$normlab" export --checkpoint runs/demo --out runs/demo/export
 phase training
 

@@ -16,7 +16,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 work=${NORMLAB_REPRO_DIR:-$root/runs/repro_cpu}
 jobs=${NORMLAB_JOBS:-2}
-precision=${NORMLAB_REPRO_PRECISION:-auto}  # auto: bf16 on a CPU with native bf16, else fp32
+precision=${NORMLAB_REPRO_PRECISION:-auto}  # auto: on a CPU with native bf16 the faster of bf16 and fp32 as measured there, else fp32
 out=$root/docs/results/cpu_scale
 start=$(date +%s)
 

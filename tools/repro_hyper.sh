@@ -18,7 +18,7 @@ cd "$root"
 work=${NORMLAB_REPRO_DIR:-$root/runs/repro_hyper}
 jobs=${NORMLAB_JOBS:-2}
 seeds=${NORMLAB_REPRO_SEEDS:-0}
-precision=${NORMLAB_REPRO_PRECISION:-auto}  # auto: bf16 on a CPU with native bf16, else fp32
+precision=${NORMLAB_REPRO_PRECISION:-auto}  # auto: on a CPU with native bf16 the faster of bf16 and fp32 as measured there, else fp32
 out=$root/docs/results/hyper_cpu_scale
 start=$(date +%s)
 

@@ -134,8 +134,9 @@ void visit(V& v, TrainConfig& t) {
   v("seed", t.seed, "seed of initialisation and data order");
   v("device", t.device, "auto (CUDA when available), cpu, cuda or cuda:N");
   v("precision", t.precision,
-    "auto = bf16 autocast on CUDA and on a CPU with AMX, else fp32 (AVX512-BF16 without AMX "
-    "computes bf16 natively but more slowly than fp32); bf16 = bf16 autocast with fp32 weights and "
+    "auto = bf16 autocast on CUDA; on a CPU with native bf16 (AMX or AVX512-BF16) the faster of "
+    "bf16 and fp32 for this model, measured at the start of the run and cached (a resumed run "
+    "keeps its first segment's); else fp32; bf16 = bf16 autocast with fp32 weights and "
     "optimizer state on any device "
     "(emulated, slow, on a CPU without native bf16); fp64 = weights, optimizer state, "
     "activations and FSDP traffic in float64 (exact checks against a reference; slow)");

@@ -4,15 +4,20 @@
 // state on disk: point_state.cpp; the manifest: sweep_manifest.cpp.
 #include "normlab/sweep/sweep.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <map>
 #include <optional>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "normlab/config/config_io.h"
 #include "normlab/sweep/asha.h"
@@ -21,8 +26,10 @@
 #include "normlab/sweep/slurm.h"
 #include "normlab/sweep/sweep_manifest.h"
 #include "normlab/sweep/sweep_report.h"
+#include "normlab/train/precision.h"
 #include "normlab/train/run_summary.h"
 #include "normlab/train/train_flags.h"
+#include "normlab/util/device.h"
 #include "normlab/util/file_io.h"
 #include "sweep/placement.h"
 
@@ -350,6 +357,54 @@ class SweepRunner {
 
 }  // namespace
 
+namespace {
+
+// KEY's value in KEY=VALUE lines, or "".
+std::string environment_value(const std::vector<std::string>& env, const std::string& key) {
+  for (const std::string& kv : env)
+    if (kv.rfind(key + "=", 0) == 0) return kv.substr(key.size() + 1);
+  return "";
+}
+
+// A sweep's points share one precision decision: where train.precision = auto (or bf16) asks
+// for a measurement on a CPU with native bf16, each distinct model is measured here, once, with
+// the threads and oneDNN limit its children will have, into the cache they read
+// (precision_probe.h). Without this the first children would measure side by side, each
+// slowing the other, and could decide differently.
+void share_precision_decision(const SweepSpec& spec, const std::vector<SweepPoint>& points,
+                              const Placement& pl, const SweepOptions& o) {
+  std::string limit = environment_value(o.environment, "ONEDNN_MAX_CPU_ISA");
+  if (limit.empty()) limit = environment_value(o.environment, "DNNL_MAX_CPU_ISA");
+  std::string threads = pl.env.count("OMP_NUM_THREADS")
+                            ? pl.env.at("OMP_NUM_THREADS")
+                            : environment_value(o.environment, "OMP_NUM_THREADS");
+  const int before = at::get_num_threads();
+  const int n = threads.empty() ? before : std::max(1, std::atoi(threads.c_str()));
+  const CpuClass cpu = cpu_class(limit);
+  std::map<std::string, bool> done;
+  for (const SweepPoint& p : points) {
+    const RunConfig cfg = config_load(spec.config, p.overrides);
+    if (!precision_needs_timing(cfg.train.precision, resolve_device(cfg.train.device), cpu))
+      continue;
+    const int64_t tokens = cfg.train.micro_batch * cfg.data.seq_len;
+    const std::string key =
+        precision_probe_key(cfg.model, precision_probe_rows(cfg.model, tokens), cpu, n);
+    if (done[key]) continue;
+    done[key] = true;
+    at::set_num_threads(n);
+    const PrecisionTiming t = precision_timing(cfg.model, tokens, cpu, [&](const std::string& m) {
+      if (o.say) o.say("warning: " + m);
+    });
+    at::set_num_threads(before);
+    if (o.say)
+      o.say("precision for the points' model (d_model " + std::to_string(cfg.model.d_model) +
+            "): " + (t.bf16_faster() ? "bf16" : "fp32") + " under train.precision = auto; " +
+            describe_timing(t));
+  }
+}
+
+}  // namespace
+
 SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& o) {
   if (o.out.empty()) throw ConfigError("sweep: no output folder (--out)");
   std::vector<SweepPoint> points = sweep_points(spec);  // validates everything first
@@ -358,6 +413,7 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& o) {
   fs::create_directories(fs::path(o.out) / "runs");
   const FileLock lock((fs::path(o.out) / "sweep.lock").string(), "a normlab sweep runs there");
   sweep_manifest_write(o.out, spec, points);
+  if (!o.use_slurm) share_precision_decision(spec, points, pl, o);  // Slurm: each node its own
   std::unique_ptr<RunLauncher> launcher;
   if (o.use_slurm) {
     std::vector<std::string> names;

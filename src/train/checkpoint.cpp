@@ -75,6 +75,7 @@ std::string state_json(const TrainState& s, int64_t world, const Digests& files)
                       {"last_loss", s.last_loss},
                       {"last_val_loss", s.last_val_loss}};
   if (world > 1) j["world_size"] = world;
+  if (!s.precision.empty()) j["precision"] = s.precision;
   nlohmann::json listed = nlohmann::json::object();
   for (const auto& [name, d] : files) listed[name] = {{"bytes", d.bytes}, {"crc32", d.crc32}};
   j["files"] = listed;
@@ -169,6 +170,14 @@ nlohmann::json read_state_json(const std::string& dir) {
        text != j.dump(2) + "\n"))
     throw CheckpointError(path + ": checksum mismatch: the file is corrupted");
   return j;
+}
+
+// state.json's "precision": absent (older checkpoints) is "", else one of the three names.
+std::string precision_field(const nlohmann::json& j, const std::string& path) {
+  const nlohmann::json v = j.value("precision", nlohmann::json(""));
+  if (v != "" && v != "bf16" && v != "fp32" && v != "fp64")
+    throw CheckpointError(path + ": precision is " + v.dump() + ", not bf16, fp32 or fp64");
+  return v.get<std::string>();
 }
 
 // The "files" of a state.json: name -> digest; empty for checkpoints written without them.
@@ -301,6 +310,10 @@ std::string checkpoint_save_sharded(const std::string& run_dir, const Checkpoint
 
 int64_t checkpoint_world(const std::string& dir) { return world_of(read_state_json(dir), dir); }
 
+std::string checkpoint_precision(const std::string& dir) {
+  return precision_field(read_state_json(dir), (fs::path(dir) / "state.json").string());
+}
+
 std::string checkpoint_folder_of(const std::string& source) {
   if (fs::exists(fs::path(source) / "state.json")) return source;
   const auto latest = checkpoint_latest(source);
@@ -409,6 +422,7 @@ Checkpoint checkpoint_load(const std::string& dir, int64_t rank) {
       c.state.spike_window.push_back(real_field(v, "spike_window", state_path));
     c.state.last_loss = real_field(j.at("last_loss"), "last_loss", state_path);
     c.state.last_val_loss = real_field(j.at("last_val_loss"), "last_val_loss", state_path);
+    c.state.precision = precision_field(j, state_path);
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError(state_path + ": malformed checkpoint state: " + e.what());
   }

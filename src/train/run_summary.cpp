@@ -67,6 +67,12 @@ std::string run_summary_json(const RunSummary& s) {
                       {"parameters", s.parameters},
                       {"peak_memory_bytes", s.peak_memory_bytes},
                       {"tasks", tasks}};
+  if (!s.precision.empty()) j["precision"] = s.precision;
+  if (s.precision_fp32_seconds && s.precision_bf16_seconds)
+    j["precision_timing"] = {{"fp32_seconds", *s.precision_fp32_seconds},
+                             {"bf16_seconds", *s.precision_bf16_seconds},
+                             {"rows", s.precision_rows},
+                             {"source", s.precision_source}};
   if (s.mfu) j["mfu"] = *s.mfu;
   if (s.mfu_spread) j["mfu_spread"] = *s.mfu_spread;
   if (s.peak_flops) j["peak_flops"] = *s.peak_flops;
@@ -101,6 +107,13 @@ RunSummary run_summary_parse(const std::string& text, const std::string& path) {
   s.tokens = field<uint64_t>(j, "tokens", 0, path);
   s.wall_seconds = field<double>(j, "wall_seconds", 0.0, path);
   s.attention_backend = field<std::string>(j, "attention_backend", "", path);
+  s.precision = field<std::string>(j, "precision", "", path);
+  if (const auto t = j.find("precision_timing"); t != j.end() && t->is_object()) {
+    s.precision_fp32_seconds = field<double>(*t, "fp32_seconds", 0.0, path);
+    s.precision_bf16_seconds = field<double>(*t, "bf16_seconds", 0.0, path);
+    s.precision_rows = field<int64_t>(*t, "rows", 0, path);
+    s.precision_source = field<std::string>(*t, "source", "", path);
+  }
   s.parameters = field<int64_t>(j, "parameters", 0, path);
   s.peak_memory_bytes = field<double>(j, "peak_memory_bytes", 0.0, path);
   if (j.contains("mfu")) s.mfu = field<double>(j, "mfu", 0.0, path);

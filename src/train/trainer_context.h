@@ -16,6 +16,11 @@
 
 namespace normlab {
 
+/// The precision that run folder `run_dir`'s checkpoints record: the newest checkpoint whose
+/// state.json reads and records one ("" when none does). Every checkpoint of a run records the
+/// same one (RunState writes the run's precision into each).
+std::string run_precision(const std::string& run_dir);
+
 class RunContext {
  public:
   /// Checks what needs no tensor (the diagnostics need one process, distributed.shard_size
@@ -32,6 +37,11 @@ class RunContext {
 
  private:
   SingleProcess single_;  // the communicator when the options give none
+
+  // train.precision resolved: on resume under auto, the precision the run's checkpoints record;
+  // else choose_precision, with this model's bf16 and fp32 GEMMs timed (or read from the
+  // cache, precision_probe.h) where bf16 is native on the CPU, by rank 0 for all ranks.
+  PrecisionChoice decide_precision();
 
  public:
   const RunConfig cfg;

@@ -270,6 +270,13 @@ void RunLogs::describe_run(const RunContext& ctx, int64_t micro_steps,
   sum_.steps_planned = cfg.train.steps;
   sum_.parameters = counts.total;
   sum_.attention_backend = attn_backend;
+  sum_.precision = ctx.precision.name;
+  if (const auto& t = ctx.precision.timing) {
+    sum_.precision_fp32_seconds = t->fp32_seconds;
+    sum_.precision_bf16_seconds = t->bf16_seconds;
+    sum_.precision_rows = t->rows;
+    sum_.precision_source = t->source;
+  }
   ctx.info("model " + sum_.scheme + ": " + std::to_string(counts.total) + " parameters on " +
            ctx.device.str() +
            (ctx.bf16   ? " (bf16 autocast)"

@@ -93,6 +93,7 @@ RunState::RunState(const RunContext& ctx, bool resuming)
     : spikes_(ctx.cfg.train.spike_window, ctx.cfg.train.spike_sigma),
       tokens_per_step_(static_cast<uint64_t>(ctx.cfg.train.global_batch * ctx.cfg.data.seq_len)) {
   const RunConfig& cfg = ctx.cfg;
+  st_.precision = ctx.precision.name;  // recorded in every checkpoint (RunContext reads it back)
   torch::manual_seed(cfg.train.seed);  // the same initial weights on every rank
   model_ = DecoderLM(cfg.model, ctx.device);
   if (ctx.fp64) model_->to(torch::kDouble);
@@ -308,7 +309,9 @@ void RunState::restore(const RunContext& ctx, const Checkpoint& ck) {
 }
 
 void RunState::restore_progress(const TrainState& st) {
+  const std::string precision = st_.precision;  // this segment's (RunContext kept the run's)
   st_ = st;
+  st_.precision = precision;
   spikes_.restore(st_.spike_window, st_.spikes);
 }
 

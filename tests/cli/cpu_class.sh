@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The CPU class as the kernels see it, on the built-in corpus fixture: `normlab version` names
 # oneDNN's ISA, the linear path and bf16 native or emulated; training in the class the test runs
-# in (CI runs it natively and in every simulated class) logs that class and auto's choice as
-# `version` gives them in the same environment; lowered to AVX2 (tools/simulate_cpu.sh, as on an
+# in (CI runs it natively and in every simulated class) logs that class as `version` and auto's
+# choice as `info --precision` give them in the same environment; lowered to AVX2 (tools/simulate_cpu.sh, as on an
 # AVX2-only CPU; skipped where the test already runs below AVX2) training runs (ATen's linear),
 # train.precision = auto picks fp32 and an
 # explicit bf16 warns with the size of the slowdown; and a LibTorch error forced in the forward
@@ -23,15 +23,20 @@ avx2=("$src/tools/simulate_cpu.sh" avx2)
 grep -Eq "^  cpu class: oneDNN [A-Z0-9_]+.*, ATen (AVX512|AVX2|DEFAULT), linear through (oneDNN|ATen), bf16 (emulated|native \((AMX|AVX512-BF16)\))$" \
   "$work/version.out" || { cat "$work/version.out"; fail "version: no cpu class line"; }
 
-# Training in this environment's class: train.log names the class and auto's choice exactly as
-# `normlab version` does here, and three steps train.
+# Training in this environment's class: train.log names the class as `normlab version` does
+# here and auto's choice as `normlab info --precision` does for the same config (the same
+# decision: measured where bf16 is native, then cached; the part before the first ';' says what
+# runs), and three steps train.
 class_line=$(sed -n 's/^  cpu class: //p' "$work/version.out")
-auto_line=$(sed -n 's/^train.precision = auto on cpu: //p' "$work/version.out")
-[ -n "$auto_line" ] || { cat "$work/version.out"; fail "version: no line for train.precision = auto"; }
-"$normlab" train "${tiny[@]}" --set train.steps=3 --set train.precision=auto --out "$work/own" \
+grep -q "^train.precision = auto on cpu: " "$work/version.out" || { cat "$work/version.out"; fail "version: no line for train.precision = auto"; }
+"$normlab" info "${tiny[@]}" --set train.precision=auto --set train.device=cpu --precision > "$work/info.out" \
+  || { cat "$work/info.out"; fail "info --precision"; }
+auto_line=$(sed -n 's/^train.precision = auto here: //p' "$work/info.out")
+[ -n "$auto_line" ] || { cat "$work/info.out"; fail "info --precision: no line for train.precision = auto"; }
+"$normlab" train "${tiny[@]}" --set train.steps=3 --set train.precision=auto --set train.device=cpu --out "$work/own" \
   > "$work/own.out" 2>&1 || { cat "$work/own.out"; fail "train in this CPU class ($class_line)"; }
 grep -qF "CPU: $class_line" "$work/own/train.log" || { cat "$work/own/train.log"; fail "train.log's CPU class is not version's: $class_line"; }
-grep -qF "precision: $auto_line" "$work/own/train.log" || { cat "$work/own/train.log"; fail "train.log's precision is not version's: $auto_line"; }
+grep -qF "precision: ${auto_line%%;*};" "$work/own/train.log" || { cat "$work/own/train.log"; fail "train.log's precision is not info's: $auto_line"; }
 grep -q '"step":3' "$work/own/metrics.jsonl" || fail "no third step in this CPU class"
 echo "trained 3 steps as: $class_line"
 

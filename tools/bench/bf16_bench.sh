@@ -9,15 +9,16 @@
 #   eager_fp32, compile_fp32  the reference in fp32
 #   base_bf16, base_fp32      normlab train of another build, NORMLAB_BASE_BUILD (e.g. a copy of
 #                             build/ made before a change): a before/after comparison in one run
-# The default sides follow the CPU class as normlab sees it (`normlab version`): with AMX
-# bf16,fp32,eager,compile; without it fp32,eager_fp32,compile_fp32 (bf16 is emulated, 4x to
-# 600x slower in matmuls, or native with AVX512-BF16 but slower than fp32 in a step). tools/simulate_cpu.sh runs it as a
+# The default sides follow the CPU as normlab sees it (`normlab version`): where bf16 is native
+# (AMX or AVX512-BF16) bf16,fp32,eager,compile; else fp32,eager_fp32,compile_fp32 (bf16 is
+# emulated there, 4x to 600x slower in matmuls). tools/simulate_cpu.sh runs it as a
 # lower class. The sides alternate REPEATS times, each run timing STEPS steps after WARMUP
 # untimed ones (torch.compile compiles during the warm-up). The headline is each side's best
 # step over all its runs (the machines here are noisy; a busy neighbour only slows a run down);
 # medians beside it. Ratios: the other side's time over the first side's (> 1: the first side
 # faster). Last, the fp32 matmul rate (2048^3, ATen) measured in the same run, after each
-# round of sides (5 calls each time), and the share of it that the first normlab side reaches
+# round of sides (5 calls each time; the bf16 rate too where bf16 is native), and the share of
+# each that the first normlab side reaches, its own precision's rate first
 # (model FLOPs: 6N + causal attention): its best step and its median step against the run's
 # matmul rate (the median of the rounds' median rates: the rate as matmul_rate.py and normlab's
 # measure_matmul_flops give it), and, stricter, its best step against the single fastest matmul
@@ -63,9 +64,9 @@ echo "cpu class: $class"
 echo "$(grep '^train.precision' <<< "$version")"
 if [ -z "$sides" ]; then
   case $class in
-    *"bf16 native (AMX)"*) sides=bf16,fp32,eager,compile ;;
+    *"bf16 native"*) sides=bf16,fp32,eager,compile ;;
     *) sides=fp32,eager_fp32,compile_fp32
-       echo "sides: fp32 (this class's fastest precision: bf16 is emulated, or native without AMX and slower; SIDES=bf16,... asks for it anyway)" ;;
+       echo "sides: fp32 (bf16 is emulated on this CPU, 4x to 600x slower in matmuls; SIDES=bf16,... asks for it anyway)" ;;
   esac
 fi
 printf 'training step, %s: d_model %s, %s layers, d_ff %s, %s x %s tokens a step, %s runs x %s steps (+%s warm-up)\n' \
@@ -105,12 +106,19 @@ for l in open(sys.argv[1]):
 }
 
 for side in ${sides//,/ }; do : > "$work/times_$side"; done
-: > "$work/rates" && : > "$work/rates_best"
+: > "$work/rates" && : > "$work/rates_best" && : > "$work/rates_bf16" && : > "$work/rates_bf16_best"
+native_bf16=0
+case $class in *"bf16 native"*) native_bf16=1 ;; esac
 for ((r = 0; r < repeats; r++)); do
   for side in ${sides//,/ }; do run_side "$side" >> "$work/times_$side"; done
   "$py" "$root/tools/bench/matmul_rate.py" --device cpu --n 2048 --reps 5 --best > "$work/rate_out"
   sed -n 's/^matmul_flops=//p' "$work/rate_out" >> "$work/rates"
   sed -n 's/^matmul_flops_best=//p' "$work/rate_out" >> "$work/rates_best"
+  if [ "$native_bf16" = 1 ]; then  # emulated bf16 would take minutes at 2048^3
+    "$py" "$root/tools/bench/matmul_rate.py" --device cpu --n 2048 --reps 5 --best --dtype bf16 > "$work/rate_out"
+    sed -n 's/^matmul_flops=//p' "$work/rate_out" >> "$work/rates_bf16"
+    sed -n 's/^matmul_flops_best=//p' "$work/rate_out" >> "$work/rates_bf16_best"
+  fi
 done
 first=${sides%%,*}
 printf "  %-26s %10s %10s %14s %14s\n" side "best (s)" "median (s)" "best / $first" "median / $first"
@@ -126,14 +134,26 @@ for side in ${sides//,/ }; do
   awk -v n="$name" -v b="$b" -v m="$m" -v bb="$base_b" -v bm="$base_m" 'BEGIN {
     printf "  %-26s %10.3f %10.3f %13.2fx %13.2fx\n", n, b, m, b / bb, m / bm }'
 done
-# The first normlab side's model FLOP rate against the fp32 matmul rate of this run.
+# The first normlab side's model FLOP rate against the matmul rates of this run: its own
+# precision's first (bf16 where it trains in bf16), then the other one where it was measured.
 if [ "$first" = bf16 ] || [ "$first" = fp32 ]; then
   fpt=$(sed -n 's/.* \([0-9.e+]*\) FLOP per token.*/\1/p' "$work/run/train.log" | head -1)
-  rate_b=$(sort -g "$work/rates_best" | tail -1) rate_m=$(median < "$work/rates")
-  awk -v f="$fpt" -v t=$((micro * T)) -v b="$base_b" -v m="$base_m" -v rb="$rate_b" -v rm="$rate_m" -v s="$first" 'BEGIN {
-    printf "normlab %s, model FLOPs against the fp32 matmul rate of this run (2048^3, the median call) %.1f GFLOP/s:\n", s, rm / 1e9
-    printf "  best step %.1f GFLOP/s: %.1f %%; median step %.1f GFLOP/s: %.1f %%\n",
-      f * t / b / 1e9, 100 * f * t / b / rm, f * t / m / 1e9, 100 * f * t / m / rm
-    printf "  best step against the fastest matmul call of this run (%.1f GFLOP/s): %.1f %%\n",
-      rb / 1e9, 100 * f * t / b / rb }'
+  share() {  # share DTYPE RATES BEST_RATES
+    [ -s "$2" ] || return 0
+    local rate_b rate_m
+    rate_b=$(sort -g "$3" | tail -1) rate_m=$(median < "$2")
+    awk -v f="$fpt" -v t=$((micro * T)) -v b="$base_b" -v m="$base_m" -v rb="$rate_b" -v rm="$rate_m" -v s="$first" -v d="$1" 'BEGIN {
+      printf "normlab %s, model FLOPs against the %s matmul rate of this run (2048^3, the median call) %.1f GFLOP/s:\n", s, d, rm / 1e9
+      printf "  best step %.1f GFLOP/s: %.1f %%; median step %.1f GFLOP/s: %.1f %%\n",
+        f * t / b / 1e9, 100 * f * t / b / rm, f * t / m / 1e9, 100 * f * t / m / rm
+      printf "  best step against the fastest %s matmul call of this run (%.1f GFLOP/s): %.1f %%\n",
+        d, rb / 1e9, 100 * f * t / b / rb }'
+  }
+  if [ "$first" = bf16 ]; then
+    share bf16 "$work/rates_bf16" "$work/rates_bf16_best"
+    share fp32 "$work/rates" "$work/rates_best"
+  else
+    share fp32 "$work/rates" "$work/rates_best"
+    share bf16 "$work/rates_bf16" "$work/rates_bf16_best"
+  fi
 fi

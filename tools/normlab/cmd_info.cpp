@@ -1,13 +1,18 @@
-// normlab info --config X.yaml: parameters, FLOPs per token and training memory per GPU.
+// normlab info --config X.yaml: parameters, FLOPs per token and training memory per GPU; with
+// --precision, also what train.precision resolves to on this machine (train/precision.h).
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <string>
 
 #include "command.h"
 #include "normlab/config/config_io.h"
 #include "normlab/eval/info.h"
+#include "normlab/train/precision.h"
+#include "normlab/util/cpu_class.h"
+#include "normlab/util/device.h"
 #include "normlab/util/error.h"
 
 namespace normlab::cli {
@@ -47,6 +52,7 @@ struct InfoOptions {
   std::vector<std::string> overrides;
   int64_t world_size = 8;
   int64_t micro_batch = 0;  // 0: train.micro_batch
+  bool precision = false;   // also train.precision on this machine
 };
 
 int run_info(const InfoOptions& o) {
@@ -180,6 +186,19 @@ int run_info(const InfoOptions& o) {
       std::cout << "one micro-step per step over " << o.world_size
                 << " GPUs: nothing to accumulate, the same as per_micro_step\n";
   }
+  if (o.precision) {
+    // As `normlab train` decides it on this machine: measured (or read from the cache) where the
+    // CPU computes bf16 natively and train.precision asks for it.
+    const torch::Device device = resolve_device(cfg.train.device);
+    const CpuClass cpu = cpu_class(onednn_max_isa_from_environment());
+    std::optional<PrecisionTiming> t;
+    if (precision_needs_timing(cfg.train.precision, device, cpu))
+      t = precision_timing(m, cfg.train.micro_batch * T, cpu,
+                           [](const std::string& w) { std::cerr << "warning: " << w << "\n"; });
+    std::cout << "\ntrain.precision = " << enum_name(cfg.train.precision) << " here: "
+              << choose_precision(cfg.train.precision, device, cpu, t ? &*t : nullptr).reason
+              << "\n";
+  }
   return 0;
 }
 
@@ -194,6 +213,9 @@ Runner setup_info(CLI::App& sub) {
   sub.add_option("--world-size", o->world_size, "GPUs for the FSDP memory estimate")
       ->capture_default_str();
   sub.add_option("--micro-batch", o->micro_batch, "sequences per GPU (default: train.micro_batch)");
+  sub.add_flag("--precision", o->precision,
+               "also what train.precision resolves to on this machine (auto: bf16 or fp32, "
+               "measured for this model where the CPU computes bf16 natively, then cached)");
   return [o] { return run_info(*o); };
 }
 

@@ -46,6 +46,8 @@ struct TrainState {
   std::vector<double> spike_window;
   double last_loss = 0.0;
   double last_val_loss = -1.0;  // -1: not evaluated yet
+  std::string precision;        // what the run trains in: "bf16", "fp32" or "fp64" ("": a
+                                // checkpoint written before it was recorded)
 };
 
 struct Checkpoint {
@@ -78,6 +80,10 @@ std::string checkpoint_save_sharded(const std::string& run_dir, const Checkpoint
 
 /// The world size a checkpoint folder was written with (1: whole, not sharded).
 int64_t checkpoint_world(const std::string& dir);
+
+/// The precision recorded in the state.json of checkpoint folder `dir` ("" when none is, as in
+/// checkpoints written before it was). Throws CheckpointError when state.json does not read.
+std::string checkpoint_precision(const std::string& dir);
 
 /// The newest complete checkpoint folder of a run, if any.
 std::optional<std::string> checkpoint_latest(const std::string& run_dir);

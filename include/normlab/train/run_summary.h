@@ -12,6 +12,9 @@
 //                        standard deviation of the per-step MFU
 //   mfu_measured         the same over the matmul rate measured at start
 //   mfu_steps, gpu       the window's steps and the GPU's name
+//   precision            what the run trained in: "bf16", "fp32" or "fp64"
+//   precision_timing     where train.precision = auto (or bf16) measured it on a CPU with native
+//                        bf16: {fp32_seconds, bf16_seconds, rows, source} (precision_probe.h)
 //   tasks                the newest multiple-choice accuracies, by task name
 //   world_size, ...      FSDP runs only
 #pragma once
@@ -59,6 +62,10 @@ struct RunSummary {
   uint64_t tokens = 0;
   double wall_seconds = 0.0;
   std::string attention_backend;  // the SDPA kernel the steps ran on (attention.h)
+  std::string precision;          // "bf16", "fp32" or "fp64" ("" in older files)
+  std::optional<double> precision_fp32_seconds, precision_bf16_seconds;  // the measurement
+  int64_t precision_rows = 0;                                            // its rows
+  std::string precision_source;                                          // "measured" or "cached"
   int64_t parameters = 0;
   double peak_memory_bytes = 0.0;
   std::optional<double> mfu;           // CUDA: model FLOP/s over the peak, steady steps

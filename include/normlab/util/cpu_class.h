@@ -9,8 +9,8 @@
 // simulated by lowering them together (tools/simulate_cpu.sh) behaves as a real CPU of its class:
 //   the linear path   oneDNN's matmul where LibTorch's own check lets it run, else ATen's
 //   bf16              native (AMX, AVX512-BF16) where oneDNN runs at that level, else emulated
-//                     (correct, and far slower than fp32); train.precision = auto takes bf16
-//                     with AMX only (train/precision.h)
+//                     (correct, and far slower than fp32); train.precision = auto measures
+//                     bf16 against fp32 where it is native (train/precision.h)
 // LibTorch does not export oneDNN's query of its effective ISA, so the limit is an argument:
 // the program reads the variable (as oneDNN does) and passes it.
 #pragma once

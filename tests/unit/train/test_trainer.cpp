@@ -335,6 +335,37 @@ TEST_F(TrainerTest, Bf16TrainsOnTheCpuWithinTheSeedSpreadOfFp32) {
   EXPECT_LT(precision_gap, seed_gap);
 }
 
+// A resumed run keeps the precision its first segment trained in, whatever train.precision =
+// auto would choose on the machine that resumes it: a run started in bf16 and resumed under auto
+// ends bitwise as the uninterrupted bf16 run, its checkpoints and summary.json say bf16, and the
+// log says the precision was kept. (On a CPU where auto picks fp32 a switch would change every
+// weight; where it picks bf16 the log and the record still show that it was kept, not chosen.)
+TEST_F(TrainerTest, AResumedRunKeepsThePrecisionOfItsFirstSegment) {
+  test::ScratchDir a("run"), b("run");
+  const std::vector<std::string> common = {"train.device=cpu", "eval.every=0"};
+  std::vector<std::string> bf16 = common, automatic = common;
+  bf16.push_back("train.precision=bf16");
+  automatic.push_back("train.precision=auto");
+  train(config(bf16), options(a.path));
+  train(config(bf16), options(b.path, false, /*stop_after=*/3));
+  EXPECT_EQ(checkpoint_precision(*checkpoint_latest(b.path.string())), "bf16");  // the stop's
+  {
+    Logger log("resume", LogLevel::Info, b / "resume.log");
+    TrainOptions o = options(b.path, /*resume=*/true);
+    o.logger = &log;
+    EXPECT_EQ(train(config(automatic), o).status, RunStatus::Completed);
+  }
+  EXPECT_THAT(read_file(b / "resume.log"),
+              testing::HasSubstr("train.precision = auto, kept from the run's first segment"));
+  EXPECT_EQ(checkpoint_precision(b / "checkpoints/step-00000008"), "bf16");
+  const auto j = nlohmann::json::parse(read_file(b / "summary.json"));
+  EXPECT_EQ(j.at("precision").get<std::string>(), "bf16");
+  const Checkpoint ca = checkpoint_load(a / "checkpoints/step-00000008");
+  const Checkpoint cb = checkpoint_load(b / "checkpoints/step-00000008");
+  EXPECT_EQ(cb.state.precision, "bf16");
+  for (const auto& [name, t] : ca.model) EXPECT_TRUE(torch::equal(t, cb.model.at(name))) << name;
+}
+
 TEST_F(TrainerTest, ExportRoundTripGivesIdenticalLogits) {
   test::ScratchDir run("run");
   train(config({"train.steps=2"}), options(run.path));
