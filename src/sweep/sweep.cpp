@@ -384,7 +384,10 @@ void share_precision_decision(const SweepSpec& spec, const std::vector<SweepPoin
   std::map<std::string, bool> done;
   for (const SweepPoint& p : points) {
     const RunConfig cfg = config_load(spec.config, p.overrides);
-    if (!precision_needs_timing(cfg.train.precision, resolve_device(cfg.train.device), cpu))
+    // CPU points only, without resolving the device (a CUDA point is placed, not checked, here).
+    const std::string& d = cfg.train.device;
+    if (!(d == "cpu" || (d == "auto" && !cuda_available())) ||
+        !precision_needs_timing(cfg.train.precision, torch::Device(torch::kCPU), cpu))
       continue;
     const int64_t tokens = cfg.train.micro_batch * cfg.data.seq_len;
     const std::string key =
