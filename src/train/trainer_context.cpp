@@ -81,13 +81,18 @@ RunContext::RunContext(const RunConfig& config, const TrainOptions& options)
                       "), e.g. the GPUs of one node; 0 shards over all ranks");
   device = resolve_device(cfg.train.device, o.device_index);
   cpu = cpu_class(o.onednn_max_isa);
+  // Before any tensor (the precision's measurement allocates the model's GEMMs): a model that
+  // cannot fit stops here with its key, not in an allocation.
+  const double shards = !sharded ? 1.0 : static_cast<double>(shard_size > 0 ? shard_size : world);
+  const auto check_fits = [&](bool in_fp64) {
+    require_model_fits(cfg.model, in_fp64 ? 32.0 : 16.0, shards, device_capacity_bytes(device),
+                       device.str(), "its weights, gradients and AdamW moments");
+  };
+  check_fits(cfg.train.precision == Precision::Fp64);
   precision = decide_precision();
   bf16 = precision.bf16;
   fp64 = precision.fp64;
-  // Before any tensor: a model that cannot fit stops here with its key, not in an allocation.
-  const double shards = !sharded ? 1.0 : static_cast<double>(shard_size > 0 ? shard_size : world);
-  require_model_fits(cfg.model, fp64 ? 32.0 : 16.0, shards, device_capacity_bytes(device),
-                     device.str(), "its weights, gradients and AdamW moments");
+  if (fp64 && cfg.train.precision != Precision::Fp64) check_fits(true);  // fp64 kept on resume
 }
 
 PrecisionChoice RunContext::decide_precision() {
