@@ -119,6 +119,7 @@ set(NORMLAB_SOURCES
 )
 
 set(NORMLAB_KERNEL_SOURCES
+  kernels/cpu/add_rms_norm.cpp
   kernels/cpu/blas.cpp
   kernels/cpu/capabilities.cpp
   kernels/cpu/causal_attention.cpp

@@ -30,12 +30,14 @@ bool cpu_reduced_attention_fails(const torch::Tensor& q) {
 
 // Whether the causal attention of q (B, H, T, D) and k, v (B, Hk, T, D) runs as normlab's
 // products over blocks of queries (kernels::causal_attention): on the CPU in float32 or float64,
-// outside autocast, within its bounds, and where it is the faster of the two in this CPU class
-// (kernels/ops.h); SDPA otherwise.
+// or in bfloat16 (under autocast, where q, k, v come out of the linear layers in bfloat16; the
+// kernel computes in float32), within its bounds, and where it is the faster of the two in this
+// CPU class (kernels/ops.h); SDPA otherwise.
 bool own_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-  return !at::autocast::is_autocast_enabled(at::kCPU) && k.scalar_type() == q.scalar_type() &&
-         v.scalar_type() == q.scalar_type() && k.is_cpu() && v.is_cpu() &&
-         kernels::causal_attention_fits(q, q, q) &&
+  const bool dtype_ok =
+      !at::autocast::is_autocast_enabled(at::kCPU) || q.scalar_type() == torch::kBFloat16;
+  return dtype_ok && k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type() &&
+         k.is_cpu() && v.is_cpu() && kernels::causal_attention_fits(q, q, q) &&
          kernels::causal_attention_preferred(q.size(0) * q.size(1), q.size(2));
 }
 

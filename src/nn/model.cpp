@@ -107,12 +107,16 @@ LossOutput DecoderLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor&
   }
   out.logits = forward(tokens, probe);
   const torch::Tensor flat = out.logits.reshape({-1, config.vocab_size});
-  const torch::Tensor logits32 =
-      flat.scalar_type() == torch::kDouble ? flat : flat.to(torch::kFloat);
-  out.ce = kernels::cross_entropy(logits32, targets.reshape({-1}));
+  // The loss in fp32 (fp64 in fp64 runs): bf16 logits on the CPU go to the kernel as they are
+  // (it computes in fp32 and returns an fp32 loss), the rest are converted first.
+  const bool bf16_kernel = flat.scalar_type() == torch::kBFloat16 && kernels::cpu_fusable(flat);
+  const auto logits32 = [&] {
+    return flat.scalar_type() == torch::kDouble ? flat : flat.to(torch::kFloat);
+  };
+  out.ce = kernels::cross_entropy(bf16_kernel ? flat : logits32(), targets.reshape({-1}));
   out.loss = out.ce;
   if (z_loss > 0.0) {
-    out.z = torch::logsumexp(logits32, /*dim=*/-1).pow(2).mean();
+    out.z = torch::logsumexp(logits32(), /*dim=*/-1).pow(2).mean();
     out.loss = out.ce + z_loss * out.z;
   }
   add_moe_losses(out);

@@ -14,11 +14,15 @@
 //   linear(x, w)        = x w^T                             float32 GEMMs through oneDNN where
 //                                                            it runs (else ATen's linear)
 //                                                                                 onednn_linear.cpp
-// The CPU kernels take float32 and float64 tensors on the CPU (cpu_fusable); other devices and
-// dtypes take the ATen ops. One op is CUDA-only (cuda/add_rms_norm.cu; Norm::add_forward
-// composes it everywhere else):
+// The CPU kernels take float32, float64 and bfloat16 tensors on the CPU (cpu_fusable); other
+// devices and dtypes take the ATen ops. bfloat16 rows are computed in float32 and each output is
+// rounded once, when it is stored (rope takes float32 or bfloat16 tables; the softmax that
+// causal_attention keeps, the loss of cross_entropy and the 1/rms of rms_norm stay float32). One
+// op fuses two of the
+// model's steps, on the CPU (cpu/add_rms_norm.cpp) and on CUDA (cuda/add_rms_norm.cu):
 //   add_rms_norm(x, b, d, w) = (r, w * r * rsqrt(mean(r^2) + eps)),  r = x + b / d
-// the residual add of a sub-layer and the RMSNorm that follows it, in one pass per row.
+// the residual add of a sub-layer and the RMSNorm that follows it, in one pass per row;
+// Norm::add_forward composes it for the rest.
 // What this build and this machine offer the kernels: capabilities.h. Measured effect on a
 // training step: docs/performance-cpu.md.
 #pragma once
@@ -39,7 +43,8 @@ torch::Tensor swiglu(const torch::Tensor& u);
 /// The mean cross-entropy of logits (N, V) against targets (N, int64), torch::cross_entropy_loss
 /// with its defaults: rows whose target is -100 are left out of the mean (NaN when none is
 /// left), any other target outside [0, V) throws. The backward writes the logits' gradient in
-/// one pass. Other devices, dtypes and shapes take torch::cross_entropy_loss.
+/// one pass. bfloat16 logits give a float32 loss (that of the logits converted to float32) and
+/// a bfloat16 gradient. Other devices, dtypes and shapes take torch::cross_entropy_loss.
 torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets);
 
 /// How causal_attention computes:
@@ -55,8 +60,8 @@ enum class CausalAttentionPath { PerHead, Batched };
 CausalAttentionPath causal_attention_path(int64_t batch_heads);
 
 /// Causal attention over q, k, v (B, H, T, D) of one shape (grouped-query heads repeated first),
-/// float32 or float64 on the CPU: every query sees the keys up to its own position. Keeps each
-/// block's softmax for the backward, so only for what causal_attention_fits accepts (throws
+/// float32, float64 or bfloat16 on the CPU: every query sees the keys up to its own position. Keeps
+/// each block's softmax for the backward, so only for what causal_attention_fits accepts (throws
 /// otherwise); AttentionImpl takes SDPA for the rest. The output and, with PerHead, the
 /// gradients are laid out as (B, T, H, D) viewed as (B, H, T, D), the model's layout.
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
@@ -83,19 +88,21 @@ constexpr int64_t kCausalAttentionAvx512MinTokens = 257;
 /// dtype that cpu_fusable accepts, on the CPU, within the bounds above.
 bool causal_attention_fits(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 
-/// (r, n) as above: one fused CUDA kernel forward and one backward. Only for tensors that
-/// fusable_add_rms_norm accepts (throws otherwise); Norm::add_forward dispatches.
+/// (r, n) as above: one pass per row forward and one backward (r stored in x's dtype, n computed
+/// from r as stored). Only for tensors that fusable_add_rms_norm accepts (throws otherwise);
+/// Norm::add_forward dispatches.
 std::pair<torch::Tensor, torch::Tensor> add_rms_norm(const torch::Tensor& x, const torch::Tensor& b,
                                                      double divisor, const torch::Tensor& weight,
                                                      double eps);
 
-/// True when add_rms_norm can run: a CUDA build; x, b and an fp32 gain on one
-/// CUDA device; x and b contiguous of one shape; x fp32 with b fp32 or bf16, or both bf16.
+/// True when add_rms_norm can run. On the CPU: x and b of one shape, x fp32 with b fp32 or bf16,
+/// or both bf16 (an fp32 gain), or both fp64 (an fp64 gain). On CUDA (a CUDA build): x, b and an
+/// fp32 gain on one device, x and b contiguous, x fp32 with b fp32 or bf16, or both bf16.
 bool fusable_add_rms_norm(const torch::Tensor& x, const torch::Tensor& b,
                           const torch::Tensor& weight);
 
-/// True when these tensors take the CPU kernels (else the ATen composition): float32 or float64
-/// on the CPU.
+/// True when these tensors take the CPU kernels (else the ATen composition): float32, float64 or
+/// bfloat16 on the CPU.
 bool cpu_fusable(const torch::Tensor& x);
 
 }  // namespace normlab::kernels

@@ -3,8 +3,8 @@
 //   rmsnorm:   y = w * x * rsqrt(mean(x^2) + eps)
 //   layernorm: y = w * (x - mean(x)) * rsqrt(var(x) + eps)
 // RMSNorm runs normlab's own kernel on the CPU (kernels/ops.h); add_forward fuses the residual add
-// before the norm (a CUDA kernel on GPUs). Example: Norm n(NormOptions(512).eps(1e-5)); auto y =
-// n(x);
+// before the norm (kernels::add_rms_norm, on the CPU and on CUDA). Example:
+// Norm n(NormOptions(512).eps(1e-5)); auto y = n(x);
 #pragma once
 
 #include <torch/nn/module.h>

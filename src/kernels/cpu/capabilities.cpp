@@ -62,8 +62,9 @@ std::string own_kernels_archs() {
 }
 
 bool cpu_fusable(const torch::Tensor& x) {
+  const auto t = x.scalar_type();
   return x.device().is_cpu() &&
-         (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kDouble);
+         (t == torch::kFloat || t == torch::kDouble || t == torch::kBFloat16);
 }
 
 }  // namespace normlab::kernels

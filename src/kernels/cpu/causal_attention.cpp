@@ -9,6 +9,10 @@
 //   dv += P^T do_i;  dP = do_i v^T;  dS = scale P (dP - delta);  dq_i = dS k;  dk += dS^T q_i
 // Every P is kept for the backward (B H T^2 / 2 floats and a block more), which is why
 // causal_attention_fits bounds it.
+//
+// bfloat16 q, k, v are computed in float32: the per-head path widens a head's rows into its
+// thread's buffers, runs the float32 products and softmax, and rounds the output and the
+// gradients once when it stores them; the batched path converts whole tensors. P is float32.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
@@ -17,6 +21,8 @@
 #include <cmath>
 #include <limits>
 #include <vector>
+
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include "blas.h"
 #include "isa.h"
@@ -31,6 +37,17 @@ namespace {
 
 using cpu::steps;
 namespace blas = cpu::blas;
+
+// Ops in its scope run in their inputs' dtypes: the batched path's products stay in the numbers
+// it computes in under CPU autocast.
+struct NoAutocast {
+  c10::impl::ExcludeDispatchKeyGuard guard{c10::autocast_dispatch_keyset};
+};
+
+// The numbers the kernel computes in: float64 for float64, float32 for float32 and bfloat16.
+torch::ScalarType compute_dtype(torch::ScalarType t) {
+  return t == torch::kDouble ? t : torch::kFloat;
+}
 
 // Rows of queries a block takes: 64 up to 256 tokens, then a quarter of the sequence, so that
 // the products stay large enough for the GEMMs and the upper key blocks skipped are a fair share.
@@ -122,10 +139,12 @@ void causal_softmax_backward_(torch::Tensor& dp, const torch::Tensor& p, const t
 struct BatchedCausalAttentionFn : torch::autograd::Function<BatchedCausalAttentionFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q_in,
                                const torch::Tensor& k_in, const torch::Tensor& v_in, double scale) {
+    const NoAutocast own_dtypes;
     const int64_t B = q_in.size(0), H = q_in.size(1), T = q_in.size(2), D = q_in.size(3);
-    const torch::Tensor q = q_in.reshape({B * H, T, D}).contiguous();
-    const torch::Tensor k = k_in.reshape({B * H, T, D}).contiguous();
-    const torch::Tensor v = v_in.reshape({B * H, T, D}).contiguous();
+    const auto acc = compute_dtype(q_in.scalar_type());
+    const torch::Tensor q = q_in.reshape({B * H, T, D}).to(acc).contiguous();
+    const torch::Tensor k = k_in.reshape({B * H, T, D}).to(acc).contiguous();
+    const torch::Tensor v = v_in.reshape({B * H, T, D}).to(acc).contiguous();
     torch::Tensor o = torch::empty_like(q);
     variable_list saved = {q, k, v, o};
     const int64_t tb = block_rows(T);
@@ -138,16 +157,19 @@ struct BatchedCausalAttentionFn : torch::autograd::Function<BatchedCausalAttenti
     }
     ctx->save_for_backward(saved);
     ctx->saved_data["scale"] = scale;
-    return o.view({B, H, T, D});
+    ctx->saved_data["dtype"] = q_in.scalar_type();
+    return o.view({B, H, T, D}).to(q_in.scalar_type());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3];
+    const NoAutocast own_dtypes;
     const double scale = ctx->saved_data["scale"].toDouble();
+    const auto dtype = ctx->saved_data["dtype"].toScalarType();
     const int64_t BH = q.size(0), T = q.size(1), D = q.size(2);
     const std::vector<int64_t> shape = grads[0].sizes().vec();
-    const torch::Tensor go = grads[0].reshape({BH, T, D}).contiguous();
+    const torch::Tensor go = grads[0].reshape({BH, T, D}).to(q.scalar_type()).contiguous();
     const torch::Tensor delta = (go * o).sum(-1);  // (BH, T)
     torch::Tensor dq = torch::empty_like(q), dk = torch::zeros_like(k), dv = torch::zeros_like(v);
     const int64_t tb = block_rows(T);
@@ -162,7 +184,8 @@ struct BatchedCausalAttentionFn : torch::autograd::Function<BatchedCausalAttenti
       dq.narrow(1, q0, rows).copy_(at::bmm(ds, k.narrow(1, 0, q1)));
       dk.narrow(1, 0, q1).baddbmm_(ds.transpose(1, 2), q.narrow(1, q0, rows));
     }
-    return {dq.view(shape), dk.view(shape), dv.view(shape), torch::Tensor()};
+    return {dq.view(shape).to(dtype), dk.view(shape).to(dtype), dv.view(shape).to(dtype),
+            torch::Tensor()};
   }
 };
 
@@ -208,6 +231,57 @@ torch::Tensor empty_heads(const torch::Tensor& like) {
       .transpose(1, 2);
 }
 
+// T rows of D numbers from src (rows lds apart) to dst (rows ldd apart), converted on the lanes:
+// a bfloat16 head widened to float32, or float32 rounded to a bfloat16 head.
+struct CopyRows {
+  template <class L, class A, class B>
+  static NORMLAB_ALWAYS_INLINE void run(const A* src, int64_t lds, B* dst, int64_t ldd, int64_t T,
+                                        int64_t D) {
+    for (int64_t t = 0; t < T; ++t)
+      steps<L>(D, [&](int64_t j, auto s) NORMLAB_INLINE_LAMBDA {
+        s.store(dst + t * ldd + j, s.load(src + t * lds + j));
+      });
+  }
+};
+
+// A head's T x D rows as the products read and write them, in the numbers the kernel computes
+// in (A): float32 and float64 heads in place, in their own strides; bfloat16 heads in a thread's
+// buffer (rows D apart), widened on in() and rounded on out().
+template <class E>
+struct HeadBuffers {
+  using A = cpu::compute_t<E>;
+  static constexpr bool kWide = !std::is_same_v<E, A>;
+  std::vector<A> buf;
+  int64_t T, D;
+  HeadBuffers(int64_t count, int64_t T_, int64_t D_) : T(T_), D(D_) {
+    if constexpr (kWide) buf.resize(static_cast<size_t>(count * T * D));
+  }
+  // Slot i's view of input head h (rows ld apart): h itself, or its rows widened into slot i.
+  std::pair<const A*, int64_t> in(int i, const E* h, int64_t ld) {
+    if constexpr (!kWide) {
+      (void)i;
+      return {h, ld};
+    } else {
+      A* b = buf.data() + i * T * D;
+      cpu::run<CopyRows, E>(h, ld, b, D, T, D);
+      return {b, D};
+    }
+  }
+  // Slot i's view of output head h: h itself, or slot i, which out() rounds into h.
+  std::pair<A*, int64_t> out_view(int i, E* h, int64_t ld) {
+    if constexpr (!kWide) {
+      (void)i;
+      return {h, ld};
+    } else {
+      return {buf.data() + i * T * D, D};
+    }
+  }
+  void out(int i, E* h, int64_t ld) {
+    if constexpr (kWide) cpu::run<CopyRows, E>(buf.data() + i * T * D, D, h, ld, T, D);
+    (void)i, (void)h, (void)ld;
+  }
+};
+
 struct HeadsCausalAttentionFn : torch::autograd::Function<HeadsCausalAttentionFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q_in,
                                const torch::Tensor& k_in, const torch::Tensor& v_in, double scale) {
@@ -215,26 +289,33 @@ struct HeadsCausalAttentionFn : torch::autograd::Function<HeadsCausalAttentionFn
     const int64_t BH = q.size(0) * q.size(1), T = q.size(2), D = q.size(3), tb = block_rows(T);
     const std::vector<int64_t> off = block_offsets(T);
     torch::Tensor o = empty_heads(q);
-    torch::Tensor p = torch::empty({BH, off.back()}, q.options());
-    AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "normlab_causal_attention_heads", [&] {
-      const HeadRows<scalar_t> Q(q), K(k), V(v), O(o);
-      scalar_t* pp = p.data_ptr<scalar_t>();
-      const auto sc = static_cast<scalar_t>(scale);
-      at::parallel_for(0, BH, 1, [&](int64_t h0, int64_t h1) {
-        for (int64_t bh = h0; bh < h1; ++bh) {
-          const scalar_t *qh = Q.head(bh), *kh = K.head(bh), *vh = V.head(bh);
-          scalar_t* oh = O.head(bh);
-          for (int64_t q0 = 0, i = 0; q0 < T; q0 += tb, ++i) {
-            const int64_t q1 = std::min(T, q0 + tb), rows = q1 - q0;
-            scalar_t* s = pp + bh * off.back() + off[i];
-            blas::gemm(false, true, rows, q1, D, 1, qh + q0 * Q.ld, Q.ld, kh, K.ld, 0, s, q1);
-            for (int64_t r = 0; r < rows; ++r)
-              cpu::run<SoftmaxRow, scalar_t>(s + r * q1, q0 + r + 1, q1, sc);
-            blas::gemm(false, false, rows, D, q1, 1, s, q1, vh, V.ld, 0, oh + q0 * O.ld, O.ld);
-          }
-        }
-      });
-    });
+    torch::Tensor p =
+        torch::empty({BH, off.back()}, q.options().dtype(compute_dtype(q.scalar_type())));
+    AT_DISPATCH_FLOATING_TYPES_AND(
+        at::kBFloat16, q.scalar_type(), "normlab_causal_attention_heads", [&] {
+          using acc_t = cpu::compute_t<scalar_t>;
+          const HeadRows<scalar_t> Q(q), K(k), V(v), O(o);
+          acc_t* pp = p.data_ptr<acc_t>();
+          const auto sc = static_cast<acc_t>(scale);
+          at::parallel_for(0, BH, 1, [&](int64_t h0, int64_t h1) {
+            HeadBuffers<scalar_t> heads(4, T, D);  // q, k, v, o
+            for (int64_t bh = h0; bh < h1; ++bh) {
+              const auto [qh, lq] = heads.in(0, Q.head(bh), Q.ld);
+              const auto [kh, lk] = heads.in(1, K.head(bh), K.ld);
+              const auto [vh, lv] = heads.in(2, V.head(bh), V.ld);
+              const auto [oh, lo] = heads.out_view(3, O.head(bh), O.ld);
+              for (int64_t q0 = 0, i = 0; q0 < T; q0 += tb, ++i) {
+                const int64_t q1 = std::min(T, q0 + tb), rows = q1 - q0;
+                acc_t* s = pp + bh * off.back() + off[i];
+                blas::gemm(false, true, rows, q1, D, 1, qh + q0 * lq, lq, kh, lk, 0, s, q1);
+                for (int64_t r = 0; r < rows; ++r)
+                  cpu::run<SoftmaxRow, acc_t>(s + r * q1, q0 + r + 1, q1, sc);
+                blas::gemm(false, false, rows, D, q1, 1, s, q1, vh, lv, 0, oh + q0 * lo, lo);
+              }
+              heads.out(3, O.head(bh), O.ld);
+            }
+          });
+        });
     ctx->save_for_backward({q, k, v, o, p});
     ctx->saved_data["scale"] = scale;
     return o;
@@ -244,42 +325,63 @@ struct HeadsCausalAttentionFn : torch::autograd::Function<HeadsCausalAttentionFn
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3], &p = saved[4];
     const double scale = ctx->saved_data["scale"].toDouble();
-    const torch::Tensor go = heads_ready(grads[0]);
+    const torch::Tensor go = heads_ready(grads[0].to(q.scalar_type()));
     const int64_t BH = q.size(0) * q.size(1), T = q.size(2), D = q.size(3), tb = block_rows(T);
     const std::vector<int64_t> off = block_offsets(T);
     torch::Tensor dq = empty_heads(q), dk = empty_heads(k), dv = empty_heads(v);
-    AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "normlab_causal_attention_heads_backward", [&] {
-      const HeadRows<scalar_t> Q(q), K(k), V(v), O(o), GO(go), DQ(dq), DK(dk), DV(dv);
-      const scalar_t* pp = p.data_ptr<scalar_t>();
-      const auto sc = static_cast<scalar_t>(scale);
-      at::parallel_for(0, BH, 1, [&](int64_t h0, int64_t h1) {
-        std::vector<scalar_t> ds(static_cast<size_t>(tb * T)), delta(static_cast<size_t>(T));
-        for (int64_t bh = h0; bh < h1; ++bh) {
-          const scalar_t *qh = Q.head(bh), *kh = K.head(bh), *vh = V.head(bh), *oh = O.head(bh);
-          const scalar_t* goh = GO.head(bh);
-          scalar_t *dqh = DQ.head(bh), *dkh = DK.head(bh), *dvh = DV.head(bh);
-          for (int64_t t = 0; t < T; ++t)  // delta = rowsum(do * o)
-            delta[t] = cpu::run<Dot, scalar_t>(goh + t * GO.ld, oh + t * O.ld, D);
-          // Last block first: it sees every key, so it writes dk and dv whole (beta 0) and the
-          // blocks before it add to their first rows.
-          for (int64_t i = static_cast<int64_t>(off.size()) - 2; i >= 0; --i) {
-            const int64_t q0 = i * tb, q1 = std::min(T, q0 + tb), rows = q1 - q0;
-            const scalar_t beta = q1 == T ? 0 : 1;
-            const scalar_t* ph = pp + bh * off.back() + off[i];
-            const scalar_t* go_i = goh + q0 * GO.ld;
-            blas::gemm(true, false, q1, D, rows, 1, ph, q1, go_i, GO.ld, beta, dvh, DV.ld);
-            blas::gemm(false, true, rows, q1, D, 1, go_i, GO.ld, vh, V.ld, 0, ds.data(), q1);
-            for (int64_t r = 0; r < rows; ++r)
-              cpu::run<SoftmaxBackwardRow, scalar_t>(ds.data() + r * q1, ph + r * q1, delta[q0 + r],
-                                                     q0 + r + 1, q1, sc);
-            blas::gemm(false, false, rows, D, q1, 1, ds.data(), q1, kh, K.ld, 0, dqh + q0 * DQ.ld,
-                       DQ.ld);
-            blas::gemm(true, false, q1, D, rows, 1, ds.data(), q1, qh + q0 * Q.ld, Q.ld, beta, dkh,
-                       DK.ld);
-          }
-        }
-      });
-    });
+    AT_DISPATCH_FLOATING_TYPES_AND(
+        at::kBFloat16, q.scalar_type(), "normlab_causal_attention_heads_backward", [&] {
+          using acc_t = cpu::compute_t<scalar_t>;
+          const HeadRows<scalar_t> Q(q), K(k), V(v), O(o), GO(go), DQ(dq), DK(dk), DV(dv);
+          // bfloat16 heads: delta = rowsum(do * o) would read the output as rounded, an error of
+          // 2^-8 of each term that P spreads over every key's gradient; rowsum(P * dP), the same
+          // sum, is float32 throughout (one more pass over each block's rows, against D per row).
+          constexpr bool kWide = HeadBuffers<scalar_t>::kWide;
+          const acc_t* pp = p.data_ptr<acc_t>();
+          const auto sc = static_cast<acc_t>(scale);
+          at::parallel_for(0, BH, 1, [&](int64_t h0, int64_t h1) {
+            std::vector<acc_t> ds(static_cast<size_t>(tb * T)), delta(static_cast<size_t>(T));
+            HeadBuffers<scalar_t> heads(8, T, D);  // q, k, v, o (float32 only), go, dq, dk, dv
+            for (int64_t bh = h0; bh < h1; ++bh) {
+              const auto [qh, lq] = heads.in(0, Q.head(bh), Q.ld);
+              const auto [kh, lk] = heads.in(1, K.head(bh), K.ld);
+              const auto [vh, lv] = heads.in(2, V.head(bh), V.ld);
+              const auto [goh, lg] = heads.in(4, GO.head(bh), GO.ld);
+              const auto [dqh, ldq] = heads.out_view(5, DQ.head(bh), DQ.ld);
+              const auto [dkh, ldk] = heads.out_view(6, DK.head(bh), DK.ld);
+              const auto [dvh, ldv] = heads.out_view(7, DV.head(bh), DV.ld);
+              if constexpr (!kWide) {
+                const auto [oh, lo] = heads.in(3, O.head(bh), O.ld);
+                for (int64_t t = 0; t < T; ++t)  // delta = rowsum(do * o)
+                  delta[t] = cpu::run<Dot, acc_t>(goh + t * lg, oh + t * lo, D);
+              }
+              // Last block first: it sees every key, so it writes dk and dv whole (beta 0) and the
+              // blocks before it add to their first rows.
+              for (int64_t i = static_cast<int64_t>(off.size()) - 2; i >= 0; --i) {
+                const int64_t q0 = i * tb, q1 = std::min(T, q0 + tb), rows = q1 - q0;
+                const acc_t beta = q1 == T ? 0 : 1;
+                const acc_t* ph = pp + bh * off.back() + off[i];
+                const acc_t* go_i = goh + q0 * lg;
+                blas::gemm(true, false, q1, D, rows, 1, ph, q1, go_i, lg, beta, dvh, ldv);
+                blas::gemm(false, true, rows, q1, D, 1, go_i, lg, vh, lv, 0, ds.data(), q1);
+                if constexpr (kWide)  // delta = rowsum(P * dP), in float32 (see kWide)
+                  for (int64_t r = 0; r < rows; ++r)
+                    delta[q0 + r] =
+                        cpu::run<Dot, acc_t>(ds.data() + r * q1, ph + r * q1, q0 + r + 1);
+                for (int64_t r = 0; r < rows; ++r)
+                  cpu::run<SoftmaxBackwardRow, acc_t>(ds.data() + r * q1, ph + r * q1,
+                                                      delta[q0 + r], q0 + r + 1, q1, sc);
+                blas::gemm(false, false, rows, D, q1, 1, ds.data(), q1, kh, lk, 0, dqh + q0 * ldq,
+                           ldq);
+                blas::gemm(true, false, q1, D, rows, 1, ds.data(), q1, qh + q0 * lq, lq, beta, dkh,
+                           ldk);
+              }
+              heads.out(5, DQ.head(bh), DQ.ld);
+              heads.out(6, DK.head(bh), DK.ld);
+              heads.out(7, DV.head(bh), DV.ld);
+            }
+          });
+        });
     return {dq, dk, dv, torch::Tensor()};
   }
 };
@@ -291,10 +393,12 @@ bool causal_attention_fits(const torch::Tensor& q, const torch::Tensor& k, const
       k.scalar_type() != q.scalar_type() || v.scalar_type() != q.scalar_type() || !k.is_cpu() ||
       !v.is_cpu() || q.numel() == 0)
     return false;
-  // The kept softmax blocks, about B H T (T + block) / 2 values, within the bytes bound.
+  // The kept softmax blocks, about B H T (T + block) / 2 values (float32 for bfloat16 heads),
+  // within the bytes bound.
   const int64_t T = q.size(2), tb = block_rows(T);
   const double kept = static_cast<double>(q.size(0) * q.size(1)) * static_cast<double>(T) *
-                      static_cast<double>(T + tb) / 2.0 * static_cast<double>(q.element_size());
+                      static_cast<double>(T + tb) / 2.0 *
+                      static_cast<double>(q.scalar_type() == torch::kDouble ? 8 : 4);
   return T <= kCausalAttentionMaxTokens && kept <= kCausalAttentionMaxKeptBytes;
 }
 
@@ -317,8 +421,8 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, double scale, CausalAttentionPath path) {
   TORCH_CHECK(causal_attention_fits(q, k, v),
-              "causal_attention: takes q, k, v of one shape (B, H, T, D), float32 or float64 on "
-              "the CPU, T <= ",
+              "causal_attention: takes q, k, v of one shape (B, H, T, D), float32, float64 or "
+              "bfloat16 on the CPU, T <= ",
               kCausalAttentionMaxTokens, " and the kept scores within ",
               kCausalAttentionMaxKeptBytes >> 20, " MiB: got ", q.sizes(), " ", q.scalar_type());
   if (path == CausalAttentionPath::Batched) return BatchedCausalAttentionFn::apply(q, k, v, scale);

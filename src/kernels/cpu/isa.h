@@ -14,8 +14,10 @@
 //
 // and run<K, T> does the rest: float32 runs the body on the lanes of the instruction set that
 // isa() picked, in a function compiled for it; float64 (the tests' precision) runs it one number
-// a lane, the formulas as written. No table to fill, no string to compare: a new kernel adds its
-// body and calls run.
+// a lane, the formulas as written. A body whose rows may be bfloat16 takes its pointers' types
+// as template parameters (template <class L, class E> run(const E* x, ...)): bfloat16 rows run
+// on the float32 lanes, loaded and stored through lanes.h's conversions. No table to fill, no
+// string to compare: a new kernel adds its body and calls run.
 #pragma once
 
 #include <cstdint>
@@ -69,14 +71,14 @@ NORMLAB_TARGET_AVX512 auto on_avx512(A... a) {
 #endif
 }  // namespace isa_detail
 
-/// K's body for numbers of type T on the instruction set given: float32 on its lanes (an
-/// instruction set this build does not compile runs the portable body), float64 one number a
-/// lane. Only for an instruction set the CPU runs (isa() or one below it): the tests compare
-/// them.
+/// K's body for numbers stored as T on the instruction set given: float32 and bfloat16 on float32
+/// lanes (an instruction set this build does not compile runs the portable body; bfloat16 is
+/// widened on load and rounded on store, lanes.h), float64 one number a lane. Only for an
+/// instruction set the CPU runs (isa() or one below it): the tests compare them.
 template <class K, class T, class... A>
 auto run_on(Isa which, A... args) {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
-                "the CPU kernels take float32 and float64");
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, bf16>,
+                "the CPU kernels take float32, float64 and bfloat16");
   if constexpr (std::is_same_v<T, double>) {
     (void)which;
     return K::template run<One<double>>(args...);

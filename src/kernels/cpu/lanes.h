@@ -18,12 +18,21 @@
 // partial step runs the same lane code on a padded copy (Part: loads fill the missing lanes with
 // a value the caller names, stores write only the lanes that exist, keep() zeroes the others
 // before a sum). So every element takes the same formula, whatever its position in the row.
+//
+// Storage and lanes: a float32 body also reads and writes bfloat16 rows (c10::BFloat16) in the
+// same float32 lanes: a load widens each number exactly, a store rounds it to the nearest even
+// bfloat16 (NaN to the quiet NaN 0x7FC0), as c10::BFloat16's own conversion does. So a bf16
+// kernel computes in float32 and its output equals its float32 output converted with
+// .to(torch::kBFloat16). The pointer's type picks the storage; the lanes stay float32.
 #pragma once
+
+#include <c10/util/BFloat16.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #if defined(__GNUC__)
 #define NORMLAB_LANES 1
@@ -63,16 +72,58 @@ struct Lanes {
 };
 #endif
 
-template <class L>
-NORMLAB_ALWAYS_INLINE typename L::F load(const typename L::Scalar* p) {
-  typename L::F x;
-  std::memcpy(&x, p, sizeof x);
-  return x;
+/// The numbers a body computes in for storage type E: float64 for float64, else float32.
+template <class E>
+using compute_t = std::conditional_t<std::is_same_v<E, double>, double, float>;
+
+using bf16 = c10::BFloat16;
+
+/// L::n numbers from p: of L's own type, or bfloat16 widened to float32 lanes.
+template <class L, class E>
+NORMLAB_ALWAYS_INLINE typename L::F load(const E* p) {
+  if constexpr (std::is_same_v<E, typename L::Scalar>) {
+    typename L::F x;
+    std::memcpy(&x, p, sizeof x);
+    return x;
+  } else {
+    static_assert(std::is_same_v<E, bf16> && std::is_same_v<typename L::Scalar, float>,
+                  "bfloat16 rows load into float32 lanes");
+    if constexpr (L::n == 1) {
+      return static_cast<float>(*p);
+    } else {
+#if NORMLAB_LANES
+      typedef uint16_t H __attribute__((vector_size(L::n * 2)));
+      H h;
+      std::memcpy(&h, p, sizeof h);
+      // A bfloat16 is the upper half of the float32 with the same bits.
+      return reinterpret_cast<typename L::F>(__builtin_convertvector(h, typename L::U) << 16);
+#endif
+    }
+  }
 }
 
-template <class L>
-NORMLAB_ALWAYS_INLINE void store(typename L::Scalar* p, typename L::F x) {
-  std::memcpy(p, &x, sizeof x);
+/// x to L::n numbers at p: of L's own type, or rounded to bfloat16 (nearest even, NaN quiet).
+template <class L, class E>
+NORMLAB_ALWAYS_INLINE void store(E* p, typename L::F x) {
+  if constexpr (std::is_same_v<E, typename L::Scalar>) {
+    std::memcpy(p, &x, sizeof x);
+  } else {
+    static_assert(std::is_same_v<E, bf16> && std::is_same_v<typename L::Scalar, float>,
+                  "float32 lanes store to bfloat16 rows");
+    if constexpr (L::n == 1) {
+      *p = bf16(x);
+    } else {
+#if NORMLAB_LANES
+      using U = typename L::U;
+      typedef uint16_t H __attribute__((vector_size(L::n * 2)));
+      const U b = reinterpret_cast<U>(x);
+      U r = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16;
+      r = x != x ? U{} + 0x7FC0u : r;
+      const H h = __builtin_convertvector(r, H);
+      std::memcpy(p, &h, sizeof h);
+#endif
+    }
+  }
 }
 
 template <class L>
@@ -139,8 +190,14 @@ NORMLAB_ALWAYS_INLINE typename L::F exp(typename L::F x) {
 template <class L>
 struct Full {
   using S = typename L::Scalar;
-  NORMLAB_ALWAYS_INLINE typename L::F load(const S* p, S = 0) const { return cpu::load<L>(p); }
-  NORMLAB_ALWAYS_INLINE void store(S* p, typename L::F x) const { cpu::store<L>(p, x); }
+  template <class E>
+  NORMLAB_ALWAYS_INLINE typename L::F load(const E* p, S = 0) const {
+    return cpu::load<L>(p);
+  }
+  template <class E>
+  NORMLAB_ALWAYS_INLINE void store(E* p, typename L::F x) const {
+    cpu::store<L>(p, x);
+  }
   NORMLAB_ALWAYS_INLINE typename L::F keep(typename L::F x) const { return x; }
 };
 
@@ -149,14 +206,22 @@ template <class L>
 struct Part {
   using S = typename L::Scalar;
   int64_t count;
-  NORMLAB_ALWAYS_INLINE typename L::F load(const S* p, S fill = 0) const {
+  template <class E>
+  NORMLAB_ALWAYS_INLINE typename L::F load(const E* p, S fill = 0) const {
     S buf[L::n];
     for (int64_t k = 0; k < L::n; ++k) buf[k] = fill;
-    std::memcpy(buf, p, static_cast<size_t>(count) * sizeof(S));
+    if constexpr (std::is_same_v<E, S>) {
+      std::memcpy(buf, p, static_cast<size_t>(count) * sizeof(S));
+    } else {
+      for (int64_t k = 0; k < count; ++k) buf[k] = static_cast<S>(p[k]);
+    }
     return cpu::load<L>(buf);
   }
-  NORMLAB_ALWAYS_INLINE void store(S* p, typename L::F x) const {
-    std::memcpy(p, &x, static_cast<size_t>(count) * sizeof(S));
+  template <class E>
+  NORMLAB_ALWAYS_INLINE void store(E* p, typename L::F x) const {
+    E buf[L::n];
+    cpu::store<L>(buf, x);
+    std::memcpy(p, buf, static_cast<size_t>(count) * sizeof(E));
   }
   /// x with the lanes past `count` zeroed, before they join a sum.
   NORMLAB_ALWAYS_INLINE typename L::F keep(typename L::F x) const {
@@ -177,8 +242,8 @@ NORMLAB_ALWAYS_INLINE void steps(int64_t n, Fn&& fn) {
 }
 
 /// The largest of x[0, n) by the tail rule, -inf for none (NaN passed over, as hmax).
-template <class L>
-NORMLAB_ALWAYS_INLINE typename L::Scalar row_max(const typename L::Scalar* x, int64_t n) {
+template <class L, class E>
+NORMLAB_ALWAYS_INLINE typename L::Scalar row_max(const E* x, int64_t n) {
   const typename L::Scalar inf = std::numeric_limits<typename L::Scalar>::infinity();
   typename L::F mv = splat<L>(-inf);
   steps<L>(n, [&](int64_t j, auto s) NORMLAB_INLINE_LAMBDA {
@@ -190,9 +255,9 @@ NORMLAB_ALWAYS_INLINE typename L::Scalar row_max(const typename L::Scalar* x, in
 
 /// sum_j e^(scale (x_j - m)) over x[0, n), each term also written to out[j] where out is not
 /// null: a softmax's or a log-sum-exp's sum after row_max (m), by the tail rule.
-template <class L>
-NORMLAB_ALWAYS_INLINE typename L::Scalar exp_sum(const typename L::Scalar* x, int64_t n,
-                                                 typename L::Scalar m, typename L::Scalar scale,
+template <class L, class E>
+NORMLAB_ALWAYS_INLINE typename L::Scalar exp_sum(const E* x, int64_t n, typename L::Scalar m,
+                                                 typename L::Scalar scale,
                                                  typename L::Scalar* out) {
   typename L::F sv = splat<L>(0);
   steps<L>(n, [&](int64_t j, auto s) NORMLAB_INLINE_LAMBDA {

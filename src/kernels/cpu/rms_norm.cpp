@@ -2,7 +2,8 @@
 //   v = 1 / sqrt(mean(x^2) + eps),  y = w x v
 //   dx = v (g w) - v^3 x (sum_i g_i w_i x_i) / D,   dw = sum over rows of g x v
 // The rows' bodies run on the lanes of isa.h (float32 per instruction set, float64 one number a
-// lane).
+// lane; bfloat16 rows computed in float32, their 1/rms and the gain's partial sums kept in
+// float32).
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
@@ -27,14 +28,13 @@ constexpr int64_t kGrain = 16;  // rows per task of at::parallel_for
 
 // y = w x v for rows [r0, r1) of D numbers; v = 1 / sqrt(mean(x^2) + eps) into inv. w may be null.
 struct RmsNormRows {
-  template <class L>
-  static NORMLAB_ALWAYS_INLINE void run(const typename L::Scalar* xp, const typename L::Scalar* wp,
-                                        typename L::Scalar* yp, typename L::Scalar* inv, int64_t r0,
-                                        int64_t r1, int64_t D, double eps) {
+  template <class L, class E>
+  static NORMLAB_ALWAYS_INLINE void run(const E* xp, const E* wp, E* yp, typename L::Scalar* inv,
+                                        int64_t r0, int64_t r1, int64_t D, double eps) {
     using S = typename L::Scalar;
     for (int64_t r = r0; r < r1; ++r) {
-      const S* x = xp + r * D;
-      S* y = yp + r * D;
+      const E* x = xp + r * D;
+      E* y = yp + r * D;
       typename L::F acc = cpu::splat<L>(0);
       steps<L>(D, [&](int64_t i, auto s) NORMLAB_INLINE_LAMBDA {
         const auto xl = s.load(x + i);
@@ -52,16 +52,15 @@ struct RmsNormRows {
 
 // The backward of rows [r0, r1): gx, and g x v added into gw_acc (D numbers) where w is given.
 struct RmsNormBackwardRows {
-  template <class L>
-  static NORMLAB_ALWAYS_INLINE void run(const typename L::Scalar* xp, const typename L::Scalar* gp,
-                                        const typename L::Scalar* ip, const typename L::Scalar* wp,
-                                        typename L::Scalar* gxp, typename L::Scalar* gw_acc,
-                                        int64_t r0, int64_t r1, int64_t D) {
+  template <class L, class E>
+  static NORMLAB_ALWAYS_INLINE void run(const E* xp, const E* gp, const typename L::Scalar* ip,
+                                        const E* wp, E* gxp, typename L::Scalar* gw_acc, int64_t r0,
+                                        int64_t r1, int64_t D) {
     using S = typename L::Scalar;
     for (int64_t r = r0; r < r1; ++r) {
-      const S* x = xp + r * D;
-      const S* g = gp + r * D;
-      S* gx = gxp + r * D;
+      const E* x = xp + r * D;
+      const E* g = gp + r * D;
+      E* gx = gxp + r * D;
       const S v = ip[r];
       typename L::F acc = cpu::splat<L>(0);
       steps<L>(D, [&](int64_t i, auto s) NORMLAB_INLINE_LAMBDA {
@@ -85,13 +84,15 @@ struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
     const torch::Tensor x = x_in.contiguous();
     const int64_t D = x.size(-1), rows = x.numel() / D;
     torch::Tensor y = torch::empty_like(x);
-    torch::Tensor inv = torch::empty({rows}, x.options());
     const bool has_w = w.defined();
-    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "normlab_rms_norm", [&] {
+    torch::Tensor inv;
+    AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "normlab_rms_norm", [&] {
+      using acc_t = cpu::compute_t<scalar_t>;
+      inv = torch::empty({rows}, x.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
       const scalar_t* xp = x.data_ptr<scalar_t>();
       const scalar_t* wp = has_w ? w.data_ptr<scalar_t>() : nullptr;
       scalar_t* yp = y.data_ptr<scalar_t>();
-      scalar_t* ip = inv.data_ptr<scalar_t>();
+      acc_t* ip = inv.data_ptr<acc_t>();
       at::parallel_for(0, rows, kGrain, [&](int64_t r0, int64_t r1) {
         cpu::run<RmsNormRows, scalar_t>(xp, wp, yp, ip, r0, r1, D, eps);
       });
@@ -105,7 +106,7 @@ struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
     const torch::Tensor& x = saved[0];
     const torch::Tensor& inv = saved[1];
     const torch::Tensor w = saved.size() > 2 ? saved[2] : torch::Tensor();
-    const torch::Tensor g = grads[0].contiguous();
+    const torch::Tensor g = grads[0].to(x.scalar_type()).contiguous();
     const int64_t D = x.size(-1), rows = x.numel() / D;
     const bool has_w = w.defined();
     torch::Tensor gx = torch::empty_like(x);
@@ -114,23 +115,26 @@ struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
     const int64_t chunks =
         std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), rows / kGrain));
     const int64_t per_chunk = (rows + chunks - 1) / chunks;
-    torch::Tensor gw_parts = torch::zeros({chunks, has_w ? D : 1}, x.options());
-    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "normlab_rms_norm_backward", [&] {
-      const scalar_t* xp = x.data_ptr<scalar_t>();
-      const scalar_t* gp = g.data_ptr<scalar_t>();
-      const scalar_t* ip = inv.data_ptr<scalar_t>();
-      const scalar_t* wp = has_w ? w.data_ptr<scalar_t>() : nullptr;
-      scalar_t* gxp = gx.data_ptr<scalar_t>();
-      scalar_t* partsp = gw_parts.data_ptr<scalar_t>();
-      at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
-        for (int64_t c = c0; c < c1; ++c)
-          cpu::run<RmsNormBackwardRows, scalar_t>(xp, gp, ip, wp, gxp, partsp + c * (has_w ? D : 1),
-                                                  c * per_chunk,
-                                                  std::min(rows, (c + 1) * per_chunk), D);
-      });
-    });
+    // Summed in the numbers the rows compute in (float32 for bfloat16 rows).
+    torch::Tensor gw_parts = torch::zeros({chunks, has_w ? D : 1}, inv.options());
+    AT_DISPATCH_FLOATING_TYPES_AND(
+        at::kBFloat16, x.scalar_type(), "normlab_rms_norm_backward", [&] {
+          using acc_t = cpu::compute_t<scalar_t>;
+          const scalar_t* xp = x.data_ptr<scalar_t>();
+          const scalar_t* gp = g.data_ptr<scalar_t>();
+          const acc_t* ip = inv.data_ptr<acc_t>();
+          const scalar_t* wp = has_w ? w.data_ptr<scalar_t>() : nullptr;
+          scalar_t* gxp = gx.data_ptr<scalar_t>();
+          acc_t* partsp = gw_parts.data_ptr<acc_t>();
+          at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+            for (int64_t c = c0; c < c1; ++c)
+              cpu::run<RmsNormBackwardRows, scalar_t>(xp, gp, ip, wp, gxp,
+                                                      partsp + c * (has_w ? D : 1), c * per_chunk,
+                                                      std::min(rows, (c + 1) * per_chunk), D);
+          });
+        });
     if (!has_w) return {gx, torch::Tensor()};
-    return {gx, gw_parts.sum(0), torch::Tensor()};
+    return {gx, gw_parts.sum(0).to(w.scalar_type()), torch::Tensor()};
   }
 };
 

@@ -3,7 +3,7 @@
 //   out = v silu(g) = v g s,  s = sigmoid(g) = 1 / (1 + e^-g)
 //   dv = go g s,  dg = go v s (1 + g (1 - s))
 // The rows' bodies run on the lanes of isa.h (float32 per instruction set, float64 one number a
-// lane, with std::exp).
+// lane, with std::exp; bfloat16 rows are loaded into float32 lanes and rounded once on store).
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
@@ -26,14 +26,13 @@ using cpu::steps;
 constexpr int64_t kGrain = 16;  // rows per task of at::parallel_for
 
 struct SwigluRows {
-  template <class L>
-  static NORMLAB_ALWAYS_INLINE void run(const typename L::Scalar* u, typename L::Scalar* out,
-                                        int64_t r0, int64_t r1, int64_t F) {
+  template <class L, class E>
+  static NORMLAB_ALWAYS_INLINE void run(const E* u, E* out, int64_t r0, int64_t r1, int64_t F) {
     using T = typename L::Scalar;
     for (int64_t r = r0; r < r1; ++r) {
-      const T* v = u + r * 2 * F;
-      const T* g = v + F;
-      T* o = out + r * F;
+      const E* v = u + r * 2 * F;
+      const E* g = v + F;
+      E* o = out + r * F;
       steps<L>(F, [&](int64_t i, auto s) NORMLAB_INLINE_LAMBDA {
         const auto vl = s.load(v + i), gl = s.load(g + i);
         s.store(o + i, vl * gl / (T(1) + cpu::exp<L>(-gl)));
@@ -44,16 +43,16 @@ struct SwigluRows {
 
 // Row r of the backward: u = [v | g] and its gradient [gv | gg] are 2F wide, go is F wide.
 struct SwigluBackwardRows {
-  template <class L>
-  static NORMLAB_ALWAYS_INLINE void run(const typename L::Scalar* u, const typename L::Scalar* go,
-                                        typename L::Scalar* gu, int64_t r0, int64_t r1, int64_t F) {
+  template <class L, class E>
+  static NORMLAB_ALWAYS_INLINE void run(const E* u, const E* go, E* gu, int64_t r0, int64_t r1,
+                                        int64_t F) {
     using T = typename L::Scalar;
     for (int64_t r = r0; r < r1; ++r) {
-      const T* v = u + r * 2 * F;
-      const T* g = v + F;
-      const T* o = go + r * F;
-      T* gv = gu + r * 2 * F;
-      T* gg = gv + F;
+      const E* v = u + r * 2 * F;
+      const E* g = v + F;
+      const E* o = go + r * F;
+      E* gv = gu + r * 2 * F;
+      E* gg = gv + F;
       steps<L>(F, [&](int64_t i, auto s) NORMLAB_INLINE_LAMBDA {
         const auto vl = s.load(v + i), gl = s.load(g + i), ol = s.load(o + i);
         const auto sl = T(1) / (T(1) + cpu::exp<L>(-gl));
@@ -71,7 +70,7 @@ struct SwigluFn : torch::autograd::Function<SwigluFn> {
     std::vector<int64_t> shape = u.sizes().vec();
     shape.back() = F;
     torch::Tensor out = torch::empty(shape, u.options());
-    AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "normlab_swiglu", [&] {
+    AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, u.scalar_type(), "normlab_swiglu", [&] {
       const scalar_t* up = u.data_ptr<scalar_t>();
       scalar_t* op = out.data_ptr<scalar_t>();
       at::parallel_for(0, rows, kGrain, [&](int64_t r0, int64_t r1) {
@@ -84,10 +83,10 @@ struct SwigluFn : torch::autograd::Function<SwigluFn> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const torch::Tensor u = ctx->get_saved_variables()[0];
-    const torch::Tensor go = grads[0].contiguous();
+    const torch::Tensor go = grads[0].to(u.scalar_type()).contiguous();
     const int64_t F = u.size(-1) / 2, rows = u.numel() / std::max<int64_t>(1, 2 * F);
     torch::Tensor gu = torch::empty_like(u);
-    AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "normlab_swiglu_backward", [&] {
+    AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, u.scalar_type(), "normlab_swiglu_backward", [&] {
       const scalar_t* up = u.data_ptr<scalar_t>();
       const scalar_t* gp = go.data_ptr<scalar_t>();
       scalar_t* gup = gu.data_ptr<scalar_t>();

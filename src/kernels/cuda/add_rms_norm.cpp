@@ -1,9 +1,11 @@
 // kernels::add_rms_norm (ops.h): the autograd function over normlab's CUDA kernels
-// (launchers.h). Everything the kernels do not take is composed by Norm::add_forward.
+// (launchers.h), and the op's entry points, which send CPU tensors to the CPU kernel
+// (cpu/add_rms_norm.h). Everything the kernels do not take is composed by Norm::add_forward.
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/torch.h>
 
 #include "build_config.h"
+#include "kernels/cpu/add_rms_norm.h"
 #include "normlab/kernels/ops.h"
 
 #if NORMLAB_WITH_CUDA
@@ -17,6 +19,7 @@ namespace normlab::kernels {
 
 bool fusable_add_rms_norm(const torch::Tensor& x, const torch::Tensor& b,
                           const torch::Tensor& weight) {
+  if (x.is_cpu()) return cpu::add_rms_norm_fits(x, b, weight);
 #if NORMLAB_WITH_CUDA
   if (!x.is_cuda() || !weight.defined() || b.device() != x.device() ||
       weight.device() != x.device())
@@ -102,8 +105,9 @@ std::pair<torch::Tensor, torch::Tensor> add_rms_norm(const torch::Tensor& x, con
                                                      double eps) {
   TORCH_CHECK(divisor != 0.0, "add_rms_norm: divisor must be non-zero");
   TORCH_CHECK(fusable_add_rms_norm(x, b, weight),
-              "add_rms_norm: these tensors do not take the CUDA kernels ",
+              "add_rms_norm: these tensors do not take normlab's kernels ",
               "(fusable_add_rms_norm); Norm::add_forward composes the op for them");
+  if (x.is_cpu()) return cpu::add_rms_norm(x, b, divisor, weight, eps);
 #if NORMLAB_WITH_CUDA
   const auto out = AddRmsNormFn::apply(x, b, weight, divisor, eps);
   return {out[0], out[1]};

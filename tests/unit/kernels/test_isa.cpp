@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -60,6 +61,15 @@ struct IsaSumMax {
     });
     out[0] = cpu::hsum<L>(sv);
     out[1] = cpu::hmax<L>(mv);
+  }
+};
+
+// y = 2 x over n numbers stored as In, written as Out (bfloat16 on either side or both).
+struct IsaTwice {
+  template <class L, class In, class Out>
+  static NORMLAB_ALWAYS_INLINE void run(const In* x, Out* y, int64_t n) {
+    cpu::steps<L>(
+        n, [&](int64_t j, auto s) NORMLAB_INLINE_LAMBDA { s.store(y + j, s.load(x + j) * 2.0f); });
   }
 };
 
@@ -146,4 +156,72 @@ TEST(KernelsIsa, ExpIsWithinTwoUlpOnEveryInstructionSet) {
   double xd = 0.5, yd = 0;
   cpu::run_on<IsaExp, double>(cpu::isa(), &xd, &yd, 1);
   EXPECT_EQ(yd, std::exp(0.5));
+}
+
+// bfloat16 rows on the float32 lanes, on every instruction set and every length from 0 to 40:
+// a load widens exactly, a store rounds as c10::BFloat16 does (to nearest, ties to even; NaN to
+// a quiet NaN; overflow to infinity), nothing past the row is touched. The values cover ties
+// both ways, the largest finite numbers, infinities, subnormals, signed zeros and NaNs.
+TEST(KernelsIsa, Bfloat16RowsLoadExactlyAndStoreRoundedToNearestEven) {
+  using bf16 = c10::BFloat16;
+  const auto bits = [](uint32_t b) {
+    float f;
+    std::memcpy(&f, &b, sizeof f);
+    return f;
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> special = {0.0f,
+                                -0.0f,
+                                1.0f,
+                                -1.5f,
+                                inf,
+                                -inf,
+                                std::nanf(""),
+                                -std::nanf(""),
+                                bits(0x3F808000u),  // a tie below an even bfloat16: stays
+                                bits(0x3F818000u),  // a tie above an odd one: rounds up
+                                bits(0x3F808001u),
+                                bits(0x3F807FFFu),
+                                bits(0x7F7FFFFFu),  // the largest float: to inf
+                                bits(0x7F7F0000u),
+                                bits(0x00000001u),
+                                bits(0x00008000u),
+                                bits(0x80018000u),
+                                bits(0x7F800001u),  // a signalling NaN
+                                1e-40f,
+                                -3.0e38f,
+                                65504.0f,
+                                0.1f,
+                                -7.123f};
+  for (const Isa isa : runnable_isas()) {
+    SCOPED_TRACE(cpu::isa_name(isa));
+    for (int64_t n = 0; n <= 40; ++n) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i)
+        x[i] = special[static_cast<size_t>(i) % special.size()] * (i < 23 ? 0.5f : 1.0f);
+      std::vector<bf16> y(static_cast<size_t>(n) + 16, bf16(-7.0f));
+      cpu::run_on<IsaTwice, float>(isa, x.data(), y.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const bf16 want(x[i] * 2.0f);
+        if (std::isnan(static_cast<float>(want))) {
+          ASSERT_TRUE(std::isnan(static_cast<float>(y[i]))) << n << " " << i;
+          ASSERT_EQ(y[i].x, 0x7FC0) << "NaN is stored as c10 stores it, n " << n;
+        } else {
+          ASSERT_EQ(y[i].x, want.x) << "x " << x[i] << ", n " << n << ", i " << i;
+        }
+      }
+      for (int64_t i = n; i < n + 16; ++i) ASSERT_EQ(static_cast<float>(y[i]), -7.0f);
+      // Loads: bfloat16 in, float32 out, exact (2 y is exact in float32).
+      std::vector<float> z(static_cast<size_t>(n) + 16, -7.0f);
+      cpu::run_on<IsaTwice, bf16>(isa, y.data(), z.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = static_cast<float>(y[i]) * 2.0f;
+        if (std::isnan(want))
+          ASSERT_TRUE(std::isnan(z[i]));
+        else
+          ASSERT_EQ(z[i], want) << n << " " << i;
+      }
+      for (int64_t i = n; i < n + 16; ++i) ASSERT_EQ(z[i], -7.0f);
+    }
+  }
 }

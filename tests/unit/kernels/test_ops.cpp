@@ -65,7 +65,8 @@ TEST(Kernels, RmsNormMatchesTheComposition) {
                 [&] { return rms_ref(big.narrow(-1, 8, 8), wv, 1e-5); }, {big, wv}, tol);
   }
   EXPECT_TRUE(kernels::cpu_fusable(torch::zeros({2})));
-  EXPECT_FALSE(kernels::cpu_fusable(torch::zeros({2}, torch::kBFloat16)));
+  EXPECT_TRUE(kernels::cpu_fusable(torch::zeros({2}, torch::kBFloat16)));
+  EXPECT_FALSE(kernels::cpu_fusable(torch::zeros({2}, torch::kHalf)));
 }
 
 TEST(Kernels, RopeMatchesTheComposition) {
@@ -218,7 +219,11 @@ TEST(Kernels, CausalAttentionTakesOnlyWhatFits) {
   const torch::Tensor q = qkv(16, torch::kFloat);
   EXPECT_TRUE(kernels::causal_attention_fits(q, q, q));
   EXPECT_FALSE(kernels::causal_attention_fits(q, qkv(8, torch::kFloat), q));      // shapes differ
-  EXPECT_FALSE(kernels::causal_attention_fits(qkv(16, torch::kBFloat16), q, q));  // not fp32/fp64
+  EXPECT_FALSE(kernels::causal_attention_fits(qkv(16, torch::kBFloat16), q, q));  // dtypes differ
+  EXPECT_TRUE(kernels::causal_attention_fits(qkv(16, torch::kBFloat16), qkv(16, torch::kBFloat16),
+                                             qkv(16, torch::kBFloat16)));
+  EXPECT_FALSE(kernels::causal_attention_fits(qkv(16, torch::kHalf), qkv(16, torch::kHalf),
+                                              qkv(16, torch::kHalf)));
   const torch::Tensor longer = qkv(kernels::kCausalAttentionMaxTokens + 1, torch::kFloat);
   EXPECT_FALSE(kernels::causal_attention_fits(longer, longer, longer));
   // The kept scores' bound: (B H) T (T + T / 4) / 2 floats, 335 MB at B H = 512 and T = 512.
@@ -243,7 +248,8 @@ TEST(Kernels, CausalAttentionTakesOnlyWhatFits) {
   const AttentionOptions o = AttentionOptions(64, 4);
   EXPECT_EQ(attention_backend(o, 2, 300, torch::kFloat), own);
   EXPECT_EQ(attention_backend(o, 2, 128, torch::kFloat) == own, !avx512 || (blas && threads <= 8));
-  EXPECT_NE(attention_backend(o, 2, 300, torch::kBFloat16), own);
+  EXPECT_EQ(attention_backend(o, 2, 300, torch::kBFloat16), own);  // computed in float32
+  EXPECT_NE(attention_backend(o, 2, 300, torch::kHalf), own);
   EXPECT_NE(attention_backend(o, 2, kernels::kCausalAttentionMaxTokens * 2, torch::kFloat), own);
 }
 
@@ -370,13 +376,17 @@ TEST(KernelsCrossEntropy, LeavesOutRowsOfTargetMinus100AndRefusesOtherTargets) {
 }
 
 TEST(Kernels, UnfusedDevicesAndDtypesTakeTheComposition) {
-  const torch::Tensor x = torch::randn({4, 8}).to(torch::kBFloat16);
-  const torch::Tensor q = torch::randn({1, 2, 1, 4}).to(torch::kBFloat16);
-  const torch::Tensor c = torch::randn({2, 4}).to(torch::kBFloat16),
-                      s = torch::randn({2, 4}).to(torch::kBFloat16);
+  const torch::Tensor x = torch::randn({4, 8}).to(torch::kHalf);
+  const torch::Tensor q = torch::randn({1, 2, 1, 4}).to(torch::kHalf);
+  const torch::Tensor c = torch::randn({2, 4}).to(torch::kHalf),
+                      s = torch::randn({2, 4}).to(torch::kHalf);
   EXPECT_TRUE(torch::equal(kernels::rope(q, c, s), rope_ref(q, c, s)));
   EXPECT_TRUE(torch::equal(kernels::swiglu(x), swiglu_ref(x)));
-  EXPECT_EQ(kernels::rms_norm(x, {}, 1e-5).scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(kernels::rms_norm(x, {}, 1e-5).scalar_type(), torch::kHalf);
+  // bfloat16 rows with float64 tables: the composition too.
+  const torch::Tensor qb = q.to(torch::kBFloat16);
+  const torch::Tensor c64 = c.to(torch::kDouble), s64 = s.to(torch::kDouble);
+  EXPECT_TRUE(torch::equal(kernels::rope(qb, c64, s64), rope_ref(qb, c64, s64)));
 }
 
 TEST(Kernels, AddRmsNormOffCudaIsTheNormsComposition) {
@@ -387,7 +397,10 @@ TEST(Kernels, AddRmsNormOffCudaIsTheNormsComposition) {
                                                    2.5, 1e-5));
   EXPECT_TRUE(test::add_rms_norm_matches_reference(torch::kCPU, torch::kFloat, torch::kBFloat16, 3,
                                                    24, 4.0, 1e-5));
-  // Bitwise what the schemes computed before the op existed: the add, then Norm.
+  EXPECT_TRUE(test::add_rms_norm_matches_reference(torch::kCPU, torch::kBFloat16, torch::kBFloat16,
+                                                   7, 40, 1.0, 1e-2));
+  // Bitwise what the schemes computed before the op existed, the add, then Norm: the CPU kernel's
+  // forward runs the same operations in the same order in float32.
   torch::manual_seed(3);
   for (const double d : {1.0, 2.0 / 3.0}) {
     const torch::Tensor x = torch::randn({2, 5, 32}), b = torch::randn({2, 5, 32});
@@ -397,10 +410,242 @@ TEST(Kernels, AddRmsNormOffCudaIsTheNormsComposition) {
     const torch::Tensor r_ref = d == 1.0 ? x + b : x + b / d;
     EXPECT_TRUE(torch::equal(r, r_ref));
     EXPECT_TRUE(torch::equal(n, norm(r_ref)));
+    // The gradients within float32's rounding (the compiler may contract a product and a sum
+    // into one fused multiply-add in one kernel and not in the other).
+    const torch::Tensor xg = x.clone().requires_grad_(), bg = b.clone().requires_grad_();
+    const torch::Tensor cr = torch::randn({2, 5, 32}), cn = torch::randn({2, 5, 32});
+    const auto [rg, ng] = norm->add_forward(xg, bg, d);
+    const auto g =
+        torch::autograd::grad({(rg * cr).sum() + (ng * cn).sum()}, {xg, bg, norm->weight});
+    const torch::Tensor rc = d == 1.0 ? xg + bg : xg + bg / d;
+    const auto gc =
+        torch::autograd::grad({(rc * cr).sum() + (norm(rc) * cn).sum()}, {xg, bg, norm->weight});
+    for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(close(g[i], gc[i], 1e-6)) << "gradient " << i;
     Norm layer(NormOptions(32).type(NormType::LayerNorm));
     EXPECT_TRUE(torch::equal(layer->add_forward(x, b, d).second, layer(r_ref)));
   }
-  // Dispatch: the CUDA kernels never take CPU tensors.
+  // Dispatch: CPU tensors take the CPU kernel where the dtypes fit (the gain in the numbers the
+  // rows compute in), the composition elsewhere.
+  const auto fits = [](torch::ScalarType xt, torch::ScalarType bt, torch::ScalarType wt) {
+    return kernels::fusable_add_rms_norm(torch::zeros({2, 4}, xt), torch::zeros({2, 4}, bt),
+                                         torch::ones({4}, wt));
+  };
+  EXPECT_TRUE(fits(torch::kFloat, torch::kFloat, torch::kFloat));
+  EXPECT_TRUE(fits(torch::kFloat, torch::kBFloat16, torch::kFloat));
+  EXPECT_TRUE(fits(torch::kBFloat16, torch::kBFloat16, torch::kFloat));
+  EXPECT_TRUE(fits(torch::kDouble, torch::kDouble, torch::kDouble));
+  EXPECT_FALSE(fits(torch::kDouble, torch::kDouble, torch::kFloat));
+  EXPECT_FALSE(fits(torch::kBFloat16, torch::kFloat, torch::kFloat));
+  EXPECT_FALSE(fits(torch::kFloat, torch::kHalf, torch::kFloat));
+  EXPECT_FALSE(kernels::fusable_add_rms_norm(torch::zeros({2, 4}), torch::zeros({2, 4}), {}));
   EXPECT_FALSE(
-      kernels::fusable_add_rms_norm(torch::zeros({2, 4}), torch::zeros({2, 4}), torch::ones({4})));
+      kernels::fusable_add_rms_norm(torch::zeros({2, 4}), torch::zeros({4, 2}), torch::ones({4})));
+}
+
+// ---- bfloat16 -----------------------------------------------------------------------------------
+// Each op on bfloat16 rows computes in float32 and rounds each output once. Checked per element,
+// on whatever instruction set ATen's capability picks (.ci/run's lowered passes run these in
+// each class), against two references:
+//   exact  the op in float64 from the same bfloat16 inputs and the same bfloat16 incoming
+//          gradient. Rounded once, every output is within half a bfloat16 ulp (at most 2^-8 of
+//          its value: 8 significant bits) of the float32 result, which is within `slack`
+//          (relative) of the exact one, plus a floor tied to the largest value for elements that
+//          cancel. An op that rounded twice (an intermediate stored as bfloat16) is up to 2^-7
+//          off, and fails this.
+//   ATen   the composition that bf16 autocast runs without normlab's kernels, rounding
+//          `aten_roundings` times on the way, each rounding within 2^-8 of the output's scale:
+//          within (aten_roundings + 1) x 2^-8 of ours, relative to the largest value (test::close;
+//          per element, its roundings of intermediates that cancel would not be bounded).
+// Outputs that are float32 (the loss, the residual stream) are held to `slack` alone.
+namespace {
+
+constexpr double kBf16Roundoff = 1.0 / 256;  // 2^-8: bfloat16's 8-bit significand, rounded once
+
+struct Bf16Case {
+  std::function<torch::Tensor(const std::vector<torch::Tensor>&)> ours, exact, aten;
+  int aten_roundings;
+  double slack, floor;
+};
+
+void expect_bf16_op(const Bf16Case& c, const std::vector<torch::Tensor>& inputs) {
+  std::vector<torch::Tensor> in, in64, in_aten;
+  for (const torch::Tensor& x : inputs) {
+    const bool grad = x.is_floating_point();
+    in.push_back(grad ? x.detach().clone().requires_grad_() : x);
+    in64.push_back(grad ? x.detach().to(torch::kDouble).requires_grad_() : x);
+    in_aten.push_back(grad ? x.detach().clone().requires_grad_() : x);
+  }
+  const auto leaves = [](const std::vector<torch::Tensor>& v) {
+    std::vector<torch::Tensor> out;
+    for (const torch::Tensor& x : v)
+      if (x.requires_grad()) out.push_back(x);
+    return out;
+  };
+  const torch::Tensor y = c.ours(in), y64 = c.exact(in64), ya = c.aten(in_aten);
+  const torch::Tensor r = torch::randn(y64.sizes(), torch::kDouble).to(y.scalar_type());
+  const auto g = torch::autograd::grad({y}, leaves(in), {r});
+  const auto g64 = torch::autograd::grad({y64}, leaves(in64), {r.to(torch::kDouble)});
+  const auto ga = torch::autograd::grad({ya}, leaves(in_aten), {r.to(ya.scalar_type())});
+  const auto check = [&](const char* what, const torch::Tensor& a, const torch::Tensor& e,
+                         const torch::Tensor& at) {
+    const double once = a.scalar_type() == torch::kBFloat16 ? kBf16Roundoff : 0.0;
+    EXPECT_TRUE(test::close_per_element(a.to(torch::kDouble), e, once + c.slack, c.floor))
+        << what << " (" << a.scalar_type() << ") against the exact result";
+    EXPECT_TRUE(test::close(a.to(torch::kDouble), at.to(torch::kDouble),
+                            (c.aten_roundings + 1) * kBf16Roundoff + c.slack))
+        << what << " against ATen's bf16 composition";
+  };
+  check("value", y, y64, ya);
+  for (size_t i = 0; i < g.size(); ++i)
+    check(("gradient " + std::to_string(i)).c_str(), g[i], g64[i], ga[i]);
+}
+
+torch::Tensor bf16_randn(std::vector<int64_t> shape, double scale = 1.0) {
+  return (torch::randn(shape, torch::kDouble) * scale).to(torch::kBFloat16);
+}
+
+}  // namespace
+
+TEST(KernelsBf16, SwiGluRoundsOnce) {
+  std::cout << "bfloat16 rows on the float32 lanes here: " << kernels::vector_isa() << std::endl;
+  torch::manual_seed(21);
+  Bf16Case c;
+  c.ours = [](const auto& in) { return kernels::swiglu(in[0]); };
+  c.exact = [](const auto& in) { return swiglu_ref(in[0]); };
+  c.aten = [](const auto& in) { return swiglu_ref(in[0]); };  // silu, then the product: 2
+  c.aten_roundings = 2;
+  c.slack = 2e-6;  // float32's exp (2 ulp), the products and the division
+  c.floor = 1e-6;
+  for (const int64_t F : {37, 48, 1376}) {
+    SCOPED_TRACE("width " + std::to_string(F));
+    const torch::Tensor u = bf16_randn({2, 5, 2 * F}, 3.0);
+    ASSERT_EQ(kernels::swiglu(u).scalar_type(), torch::kBFloat16);
+    expect_bf16_op(c, {u});
+  }
+}
+
+TEST(KernelsBf16, RmsNormRoundsOnce) {
+  torch::manual_seed(22);
+  Bf16Case c;
+  c.ours = [](const auto& in) { return kernels::rms_norm(in[0], in[1], 1e-5); };
+  c.exact = [](const auto& in) { return rms_ref(in[0], in[1], 1e-5); };
+  c.aten = [](const auto& in) {  // at::rms_norm on bfloat16: its own float32 inside, rounded once
+    return at::rms_norm(in[0], {in[0].size(-1)}, in[1], 1e-5);
+  };
+  c.aten_roundings = 2;
+  c.slack = 1e-5;  // the sum of squares over the row in float32
+  c.floor = 1e-5;
+  for (const int64_t D : {37, 512}) {
+    SCOPED_TRACE("width " + std::to_string(D));
+    expect_bf16_op(c, {bf16_randn({3, 11, D}, 2.0),
+                       (torch::rand({D}, torch::kDouble) + 0.5).to(torch::kBFloat16)});
+  }
+}
+
+TEST(KernelsBf16, RopeRoundsOnceWithFloat32OrBfloat16Tables) {
+  torch::manual_seed(23);
+  for (const auto table : {torch::kFloat, torch::kBFloat16}) {
+    SCOPED_TRACE(table == torch::kFloat ? "float32 tables" : "bfloat16 tables");
+    const torch::Tensor cos = torch::randn({9, 40}).to(table),
+                        sin = torch::randn({9, 40}).to(table);
+    Bf16Case c;
+    c.ours = [&](const auto& in) { return kernels::rope(in[0], cos, sin); };
+    c.exact = [&](const auto& in) {
+      return rope_ref(in[0], cos.to(torch::kDouble), sin.to(torch::kDouble));
+    };
+    c.aten = [&](const auto& in) { return rope_ref(in[0], cos, sin).to(torch::kBFloat16); };
+    c.aten_roundings = 3;  // two products and their sum
+    c.slack = 1e-6;
+    c.floor = 1e-6;
+    expect_bf16_op(c, {bf16_randn({2, 9, 3, 40})});
+    EXPECT_EQ(kernels::rope(bf16_randn({2, 9, 3, 40}), cos, sin).scalar_type(), torch::kBFloat16);
+  }
+}
+
+// The loss of bfloat16 logits is float32, as the loss of the logits converted to float32 (the
+// model's composition under autocast); their gradient is bfloat16, each entry rounded once, the
+// target's entry too (rounding its softmax term first would lose every digit where p is near 1).
+TEST(KernelsBf16, CrossEntropyOfBfloat16LogitsIsFloat32WithAGradientRoundedOnce) {
+  torch::manual_seed(24);
+  for (const int64_t V : {int64_t{37}, int64_t{4099}}) {
+    SCOPED_TRACE("V " + std::to_string(V));
+    const CrossEntropyCase cc(29, V, torch::kBFloat16);
+    torch::Tensor logits = cc.logits.clone();
+    logits[5][cc.targets[5].item<int64_t>()] = 60.0;  // a row whose target has p near 1
+    Bf16Case c;
+    c.ours = [&](const auto& in) { return kernels::cross_entropy(in[0], cc.targets); };
+    c.exact = [&](const auto& in) { return torch::cross_entropy_loss(in[0], cc.targets); };
+    c.aten = [&](const auto& in) {
+      return torch::cross_entropy_loss(in[0].to(torch::kFloat), cc.targets);
+    };
+    c.aten_roundings = 1;  // the float32 gradient converted to bfloat16
+    c.slack = 2e-5;        // as in float32: a few ulp of the exponentials and of lse
+    c.floor = 1e-7;
+    expect_bf16_op(c, {logits});
+    EXPECT_EQ(kernels::cross_entropy(logits, cc.targets).scalar_type(), torch::kFloat);
+  }
+}
+
+// Against SDPA: its math kernel in float64 (exact) and bf16 SDPA (ATen, what autocast runs,
+// rounding the probabilities and the output: 2). float32 products over up to 300 terms:
+// 5e-5 of the largest value, as in float32.
+TEST(KernelsBf16, CausalAttentionComputesInFloat32AndRoundsOnce) {
+  const auto sdpa = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    return at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, /*is_causal=*/true, 0.125);
+  };
+  const auto heads = [](const torch::Tensor& x) { return x.transpose(1, 2); };
+  for (const auto path : attention_paths()) {
+    SCOPED_TRACE(path_name(path));
+    for (const int64_t T : {37, 300}) {
+      SCOPED_TRACE("length " + std::to_string(T));
+      torch::manual_seed(25);
+      Bf16Case c;
+      c.ours = [&](const auto& in) {
+        return kernels::causal_attention(heads(in[0]), heads(in[1]), heads(in[2]), 0.125, path);
+      };
+      c.exact = [&](const auto& in) { return sdpa(heads(in[0]), heads(in[1]), heads(in[2])); };
+      c.aten = c.exact;
+      c.aten_roundings = 2;
+      c.slack = 0;
+      c.floor = 5e-5;
+      const auto make = [&] { return bf16_randn({2, T, 3, 64}, 2.0); };
+      expect_bf16_op(c, {make(), make(), make()});
+    }
+  }
+}
+
+// The residual add and the norm after it, x float32 (the residual stream) and b bfloat16 (a
+// sub-layer's output under autocast), or both bfloat16: r, n and the gradients against the
+// formulas in float64 and against the composition (the add, then the norm).
+TEST(KernelsBf16, AddRmsNormComputesInFloat32) {
+  torch::manual_seed(26);
+  for (const auto xt : {torch::kFloat, torch::kBFloat16}) {
+    for (const double d : {1.0, 2.0 / 3.0}) {
+      SCOPED_TRACE(std::string(xt == torch::kFloat ? "x float32" : "x bfloat16") + ", divisor " +
+                   std::to_string(d));
+      const torch::Tensor w = (torch::rand({40}) + 0.5);
+      Bf16Case c;
+      c.ours = [&](const auto& in) {
+        EXPECT_TRUE(kernels::fusable_add_rms_norm(in[0], in[1], w));
+        const auto [r, n] = kernels::add_rms_norm(in[0], in[1], d, w, 1e-5);
+        return torch::cat({r.flatten(), n.flatten()});
+      };
+      c.exact = [&](const auto& in) {
+        torch::Tensor r = in[0] + in[1] / d;
+        // r is stored in x's dtype and the norm reads it as stored (the gradient passes the
+        // rounding unchanged).
+        r = r + (r.to(xt).to(torch::kDouble) - r).detach();
+        return torch::cat({r.flatten(), rms_ref(r, w.to(torch::kDouble), 1e-5).flatten()});
+      };
+      c.aten = [&](const auto& in) {
+        const torch::Tensor r = in[0] + in[1] / d;
+        return torch::cat(
+            {r.flatten(), at::rms_norm(r, {40}, w.to(r.scalar_type()), 1e-5).flatten()});
+      };
+      c.aten_roundings = 2;  // b / d, the add
+      c.slack = 1e-5;
+      c.floor = 1e-5;
+      expect_bf16_op(c, {bf16_randn({3, 7, 40}).to(xt), bf16_randn({3, 7, 40})});
+    }
+  }
 }
