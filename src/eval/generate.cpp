@@ -3,9 +3,15 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <sstream>
 #include <stdexcept>
+#include <string>
 
 #include "normlab/nn/kv_cache.h"
+#include "normlab/util/device.h"
 
 namespace normlab {
 
@@ -31,16 +37,68 @@ int64_t sample_next(const torch::Tensor& logits_in, const SampleOptions& o, at::
   return torch::multinomial(probs, 1, /*replacement=*/false, gen).item<int64_t>();
 }
 
+void check_sample_options(const SampleOptions& o) {
+  const auto number = [](double v) {
+    std::ostringstream s;
+    s << v;
+    return s.str();
+  };
+  if (o.max_tokens < 0)
+    throw ConfigError("generate: max_tokens (--max-tokens) must be >= 0: got " +
+                      std::to_string(o.max_tokens));
+  if (!std::isfinite(o.temperature) || o.temperature < 0.0)
+    throw ConfigError(
+        "generate: temperature (--temperature) must be a finite number >= 0 "
+        "(0: greedy): got " +
+        number(o.temperature));
+  if (!std::isfinite(o.top_p) || o.top_p <= 0.0 || o.top_p > 1.0)
+    throw ConfigError("generate: top_p (--top-p) must be a number in (0, 1] (1: all tokens): got " +
+                      number(o.top_p));
+  if (o.top_k < 0)
+    throw ConfigError("generate: top_k (--top-k) must be >= 0 (0: all tokens): got " +
+                      std::to_string(o.top_k));
+}
+
+void check_generate_fits(const DecoderLMImpl& model, int64_t prompt_tokens, int64_t max_tokens,
+                         double memory_bytes, const std::string& where) {
+  const double positions = static_cast<double>(prompt_tokens) + static_cast<double>(max_tokens);
+  const double per_position = KVCache::bytes(model, 1, 1.0, model.embed->weight.scalar_type());
+  // The cache holds every position; the forward passes need about as much again (the
+  // recomputing path holds each layer's keys and values for the whole sequence).
+  const double need = 2.0 * per_position * positions;
+  if (need <= memory_bytes) return;
+  const double fit =
+      std::floor(memory_bytes / (2.0 * per_position)) - static_cast<double>(prompt_tokens);
+  const auto whole = [](double v) {
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(0) << v;
+    return s.str();
+  };
+  const auto gib = [](double b) {
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(1) << b / (1024.0 * 1024.0 * 1024.0) << " GiB";
+    return s.str();
+  };
+  throw ConfigError(
+      "generate: max_tokens (--max-tokens) " + std::to_string(max_tokens) + " after a prompt of " +
+      std::to_string(prompt_tokens) + " tokens needs the keys and values of " + whole(positions) +
+      " positions, " + std::to_string(static_cast<long long>(per_position)) +
+      " bytes each for this model (and as " + "much again for the forward passes): " + gib(need) +
+      ", more than the " + gib(memory_bytes) + " of memory of " + where + "; at most " +
+      std::to_string(static_cast<long long>(std::max(0.0, fit))) + " new tokens fit");
+}
+
 std::vector<int64_t> generate(DecoderLMImpl& model, const std::vector<int64_t>& prompt,
                               const SampleOptions& o,
                               const std::function<bool(int64_t)>& on_token) {
   if (prompt.empty()) throw ConfigError("generate: the prompt needs at least one token");
-  if (o.max_tokens < 0) throw ConfigError("generate: max_tokens must be >= 0");
-  if (o.top_p <= 0.0 || o.top_p > 1.0) throw ConfigError("generate: top_p must be in (0, 1]");
+  check_sample_options(o);
+  const torch::Device device = model.embed->weight.device();
+  check_generate_fits(model, static_cast<int64_t>(prompt.size()), o.max_tokens,
+                      device_capacity_bytes(device), device.str());
   torch::NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();
-  const torch::Device device = model.embed->weight.device();
   at::Generator gen = at::detail::createCPUGenerator(o.seed);
   const auto as_tensor = [&](const std::vector<int64_t>& ids) {
     return torch::tensor(ids, torch::kLong).unsqueeze(0).to(device);

@@ -32,6 +32,15 @@ KVCache::KVCache(const DecoderLMImpl& model, int64_t batch, int64_t max_len, tor
   }
 }
 
+double KVCache::bytes(const DecoderLMImpl& model, int64_t batch, double max_len,
+                      torch::ScalarType dtype) {
+  double per_position = 0;  // keys and values of every attention module
+  for (const AttentionImpl* a : attention_modules(model))
+    per_position += 2.0 * static_cast<double>(a->options.kv_heads() * a->options.head_dim());
+  return per_position * static_cast<double>(batch) * max_len *
+         static_cast<double>(c10::elementSize(dtype));
+}
+
 KVCacheScope::KVCacheScope(DecoderLMImpl& model, KVCache& cache) : model_(model) {
   const auto modules = attention_modules(model);
   TORCH_CHECK(modules.size() == cache.slots().size(),

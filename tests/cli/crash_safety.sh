@@ -58,6 +58,10 @@ crash() {
   [ "$tmps" = "$(basename "$(ls -d "$run"/checkpoints/step-????????.tmp-"$pid")") " ] \
     || fail "round $round: temporary folders '$tmps', expected exactly the killed process's ($pid)"
   tmp=$(ls -d "$run"/checkpoints/step-????????.tmp-"$pid")
+  # The log is written through: the killed process's lines are in train.log (each round
+  # resumes, so each added its "resumed from" line; a buffered log lost them all).
+  [ "$(grep -c "resumed from " "$run/train.log")" = "$round" ] \
+    || fail "round $round: train.log lost the killed process's lines: $(wc -c < "$run/train.log") bytes"
   "$normlab" checkpoint verify --checkpoint "$run" > "$work/verify$round.out" 2>&1 \
     || { cat "$work/verify$round.out"; fail "round $round: a complete checkpoint does not verify"; }
 }
@@ -92,6 +96,7 @@ for _ in $(seq 1 1200); do  # until a checkpoint of step 6 or later is complete 
 done
 kill -9 "$pid"
 wait "$pid" 2>/dev/null || true
+[ "$(grep -c "resumed from " "$run/train.log")" = 7 ] || fail "round 7: train.log lost the lines of the process killed with kill -9"
 "$normlab" checkpoint verify --checkpoint "$run" > "$work/verify7.out" 2>&1 \
   || { cat "$work/verify7.out"; fail "round 7: a checkpoint does not verify after kill -9"; }
 step=$(newest_step)

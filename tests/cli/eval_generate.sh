@@ -92,4 +92,16 @@ rc=0; "$normlab" train --config "$src/configs/tiny/lm.yaml" --set "data.train=$k
   --out "$work/run2" > "$work/bad2.out" 2>&1 || rc=$?
 [ "$rc" -eq 1 ] && grep -q "none.jsonl" "$work/bad2.out" || { cat "$work/bad2.out"; fail "missing task file not named by train"; }
 [ ! -e "$work/run2/checkpoints" ] || fail "train started despite a missing task file"
+# generate's numbers are bounded before any work: a token count past the memory (it aborted the
+# process in LibTorch's allocator), and sampling options out of range or not numbers, each named
+# in one line, exit 1, nothing printed on stdout.
+for bad in "--max-tokens 1000000000:--max-tokens.*of memory of cpu; at most [0-9]+ new tokens fit" \
+           "--max-tokens 9223372036854775807:--max-tokens" "--top-p nan:--top-p.*got nan" \
+           "--top-p 0:--top-p.*got 0" "--temperature -1:--temperature.*got -1$" \
+           "--temperature nan:--temperature.*got nan" "--top-k -3:--top-k.*got -3"; do
+  rc=0; "$normlab" generate --checkpoint "$work/run" --prompt "And" ${bad%%:*} > "$work/gbad.out" 2> "$work/gbad.err" || rc=$?
+  [ "$rc" -eq 1 ] && grep -Eq -- "${bad#*:}" "$work/gbad.err" && [ ! -s "$work/gbad.out" ] \
+    || { cat "$work/gbad.out" "$work/gbad.err"; fail "generate ${bad%%:*}: exit $rc, expected 1 and '${bad#*:}'"; }
+  [ "$(wc -c < "$work/gbad.err")" -lt 600 ] || fail "generate ${bad%%:*}: a message of $(wc -c < "$work/gbad.err") bytes"
+done
 echo "PASS"

@@ -9,6 +9,7 @@
 #include "normlab/data/tokenizer.h"
 #include "normlab/eval/generate.h"
 #include "normlab/train/export.h"
+#include "normlab/util/device.h"
 #include "normlab/util/output_contract.h"
 #include "normlab/util/safetensors.h"
 
@@ -27,14 +28,11 @@ Runner setup_generate(CLI::App& sub) {
       ->required();
   sub.add_option("--prompt", o->prompt, "the text to continue")->required();
   sub.add_option("--max-tokens", o->sample.max_tokens, "new tokens at most")->capture_default_str();
-  sub.add_option("--temperature", o->sample.temperature, "0 = greedy")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--temperature", o->sample.temperature, "0 = greedy")->capture_default_str();
   sub.add_option("--top-k", o->sample.top_k, "sample from the k most likely tokens (0 = all)")
       ->capture_default_str();
   sub.add_option("--top-p", o->sample.top_p, "nucleus sampling: the smallest set reaching p")
-      ->capture_default_str()
-      ->check(CLI::Range(1e-9, 1.0));
+      ->capture_default_str();
   sub.add_option("--seed", o->sample.seed, "sampling seed")->capture_default_str();
   sub.add_option("--tokenizer", o->tokenizer,
                  "tokenizer.model or tokenizer.json (default: the run's or the export's)");
@@ -46,6 +44,7 @@ Runner setup_generate(CLI::App& sub) {
   // and the generated ids ("generated").
   CLI::Option* logits_flag = sub.add_option("--logits-out", o->logits_out)->group("");
   return [o, logits_flag] {
+    check_sample_options(o->sample);  // before any work: a bad number is named at once
     // The output contract (util/output_contract.h), before any work: a file there is replaced
     // only when an earlier generate wrote it (kept as FILE.prev).
     std::unique_ptr<OutputFiles> contract;
@@ -68,6 +67,14 @@ Runner setup_generate(CLI::App& sub) {
     const Tokenizer tok(tok_path);
     std::vector<int64_t> prompt = {tok.eos_id()};  // a document start, as in training
     for (int32_t id : tok.encode(o->prompt)) prompt.push_back(id);
+    // Before anything is printed: a count past the memory is refused here, not mid-stream.
+    check_generate_fits(*m.model, static_cast<int64_t>(prompt.size()), o->sample.max_tokens,
+                        device_capacity_bytes(device), device.str());
+    if (m.seq_len > 0 && static_cast<int64_t>(prompt.size()) + o->sample.max_tokens > m.seq_len)
+      std::cerr << "normlab generate: warning: " << prompt.size() << " prompt tokens and up to "
+                << o->sample.max_tokens << " new ones go past the " << m.seq_len
+                << " positions the model was trained on (data.seq_len); text past them may "
+                   "degrade\n";
     SampleOptions s = o->sample;
     s.stop_token = tok.eos_id();
     s.vocab_limit = tok.vocab_size();  // ids beyond it (a padded vocabulary) have no text

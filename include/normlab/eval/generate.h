@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "normlab/nn/model.h"
@@ -28,8 +29,20 @@ struct SampleOptions {
 /// The next token of `logits` (V) under `options`, drawing from `gen`.
 int64_t sample_next(const torch::Tensor& logits, const SampleOptions& options, at::Generator& gen);
 
+/// Throws ConfigError naming the option (and its CLI flag) when a sampling option is out of range
+/// or not a number: max_tokens < 0, temperature not finite or < 0, top_p not in (0, 1], top_k < 0.
+void check_sample_options(const SampleOptions& options);
+
+/// Throws ConfigError when continuing `prompt_tokens` by `max_tokens` needs more than
+/// `memory_bytes` (the device's memory, named `where` in the message): the KV cache of every
+/// position and as much again for the forward passes, computed before anything is allocated.
+/// The message gives the bytes a position takes and how many new tokens would fit.
+void check_generate_fits(const DecoderLMImpl& model, int64_t prompt_tokens, int64_t max_tokens,
+                         double memory_bytes, const std::string& where);
+
 /// Continues `prompt` (at least one token) with up to max_tokens new tokens; `on_token` sees
 /// each one as it is chosen (streaming) and may return false to stop. Returns the new tokens.
+/// Checks the options and the memory first (check_sample_options, check_generate_fits).
 std::vector<int64_t> generate(DecoderLMImpl& model, const std::vector<int64_t>& prompt,
                               const SampleOptions& options,
                               const std::function<bool(int64_t)>& on_token = nullptr);

@@ -31,6 +31,11 @@ class KVCache {
   KVCache(const DecoderLMImpl& model, int64_t batch, int64_t max_len, torch::Device device,
           torch::ScalarType dtype = torch::kFloat);
 
+  /// The bytes the buffers of `batch` sequences of `max_len` positions of `model` take, in
+  /// `dtype` (computed in double: no overflow for any count), before anything is allocated.
+  static double bytes(const DecoderLMImpl& model, int64_t batch, double max_len,
+                      torch::ScalarType dtype = torch::kFloat);
+
   /// Positions cached so far (the position of the next token fed).
   int64_t length() const { return slots_.empty() ? 0 : slots_.front()->length; }
   int64_t max_len() const { return max_len_; }

@@ -19,7 +19,8 @@ LogLevel log_level_from_string(std::string_view name);
 
 class Logger {
  public:
-  /// Logs to stderr; when `file` is non-empty, also appends to that file.
+  /// Logs to stderr; when `file` is non-empty, also appends to that file. Every line is written
+  /// through (flushed) as it is logged, so a killed process loses none of its log.
   explicit Logger(std::string name, LogLevel level = LogLevel::Info, const std::string& file = "");
   ~Logger();
   Logger(Logger&&) noexcept;

@@ -2,6 +2,10 @@
 // at a time and in chunks), greedy generation is the same with and without it, and sampling
 // respects temperature, top-k, top-p and its seed.
 #include "normlab/eval/generate.h"
+
+#include <limits>
+#include <string>
+
 #include "normlab/nn/kv_cache.h"
 #include "normlab/util/error.h"
 #include "support.h"
@@ -129,4 +133,71 @@ TEST(Generate, MoeCachedLogitsEqualAFullForwardPass) {
     o.use_cache = false;
     EXPECT_EQ(cached, generate(*m, {1, 5, 9}, o));
   }
+}
+
+// Sampling options out of range or not numbers are refused with the option's name (and its CLI
+// flag), in a short message: never taken silently (a NaN top_p passed every comparison and
+// meant 1), never a range printed with 309 digits.
+TEST(Generate, RefusesSamplingOptionsOutOfRangeNamingThem) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto refused = [](SampleOptions o, const std::string& flag, const std::string& got) {
+    const std::string m = test::error_message([&] { check_sample_options(o); });
+    EXPECT_NE(m.find(flag), std::string::npos) << m;
+    EXPECT_NE(m.find("got " + got), std::string::npos) << m;
+    EXPECT_LT(m.size(), 160u) << m;
+  };
+  SampleOptions o;
+  EXPECT_NO_THROW(check_sample_options(o));
+  o.temperature = -1;
+  refused(o, "--temperature", "-1");
+  o.temperature = nan;
+  refused(o, "--temperature", "nan");
+  o.temperature = inf;
+  refused(o, "--temperature", "inf");
+  o = SampleOptions();
+  o.top_p = nan;
+  refused(o, "--top-p", "nan");
+  o.top_p = 0.0;
+  refused(o, "--top-p", "0");
+  o.top_p = 1.5;
+  refused(o, "--top-p", "1.5");
+  o = SampleOptions();
+  o.top_k = -2;
+  refused(o, "--top-k", "-2");
+  o = SampleOptions();
+  o.max_tokens = -1;
+  refused(o, "--max-tokens", "-1");
+  o = SampleOptions();
+  o.temperature = 0.0;
+  o.top_p = 1.0;
+  EXPECT_NO_THROW(check_sample_options(o));  // the bounds themselves are allowed
+}
+
+// A token count past the memory is refused before anything is allocated (it aborted the process
+// in LibTorch's allocator), naming the bytes a position takes, the memory and what would fit.
+TEST(Generate, RefusesATokenCountPastTheMemoryBeforeAllocating) {
+  DecoderLM m = generate_model_of(Scheme::PreNorm);
+  // tiny_config, 3 layers: each layer's keys and values per position, float32.
+  const double per_position = KVCache::bytes(*m, 1, 1.0);
+  EXPECT_EQ(per_position,
+            3.0 * 2.0 * static_cast<double>(m->config.kv_heads() * m->config.head_dim()) * 4.0);
+  EXPECT_EQ(KVCache::bytes(*m, 2, 10.0), 20.0 * per_position);
+  // 1,000 positions fit in 2 x 1,000 x per_position bytes, 1,001 do not.
+  const double memory = 2.0 * 1000.0 * per_position;
+  EXPECT_NO_THROW(check_generate_fits(*m, 4, 996, memory, "cpu"));
+  const std::string msg =
+      test::error_message([&] { check_generate_fits(*m, 4, 997, memory, "cpu"); });
+  EXPECT_NE(msg.find("--max-tokens"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("of memory of cpu"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("at most 996 new tokens fit"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::to_string(static_cast<long long>(per_position)) + " bytes each"),
+            std::string::npos)
+      << msg;
+  // Through generate, on this machine: a billion tokens is refused at once, the model untouched.
+  SampleOptions o;
+  o.max_tokens = 1000000000000LL;
+  EXPECT_THROW(generate(*m, {1, 2, 3}, o), ConfigError);
+  o.max_tokens = std::numeric_limits<int64_t>::max();
+  EXPECT_THROW(generate(*m, {1, 2, 3}, o), ConfigError);
 }

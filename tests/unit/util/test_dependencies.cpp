@@ -70,6 +70,23 @@ TEST(Dependencies, SpdlogLogsBesideTorchOps) {
   fs::remove_all(dir);
 }
 
+// Every line is in the file as soon as it is logged, with the logger alive and nothing flushed
+// by hand: what a kill -9 leaves of a run's train.log (it held 0 bytes when lines waited in a
+// buffer for a warning).
+TEST(Dependencies, LogLinesAreWrittenThroughAsTheyAreLogged) {
+  const fs::path dir = fresh_dir("log_through");
+  const fs::path file = dir / "train.log";
+  normlab::Logger log("test", normlab::LogLevel::Info, file.string());
+  log.info("step 1 loss 10.25");
+  EXPECT_NE(read_file(file).find("step 1 loss 10.25"), std::string::npos);
+  log.info("step 2 loss 9.75");
+  log.error_to_file("a backtrace line");
+  const std::string text = read_file(file);
+  EXPECT_NE(text.find("step 2 loss 9.75"), std::string::npos) << text;
+  EXPECT_NE(text.find("a backtrace line"), std::string::npos) << text;
+  fs::remove_all(dir);
+}
+
 TEST(Dependencies, LogLevelNamesAreValidated) {
   EXPECT_EQ(normlab::log_level_from_string("warn"), normlab::LogLevel::Warn);
   EXPECT_THROW(normlab::log_level_from_string("loud"), normlab::ConfigError);
