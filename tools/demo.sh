@@ -25,7 +25,7 @@ phase() {  # phase NAME: the time since the previous phase ended goes to NAME
 
 "$root/tools/setup.sh"
 phase setup
-NORMLAB_SKIP_SETUP=1 "$root/tools/build.sh" --target normlab-cli
+NORMLAB_SKIP_SETUP=1 "$root/tools/build.sh" --target normlab-cli -DNORMLAB_FAULT_INJECTION=OFF
 "$normlab" version
 phase build
 "$root/tools/prepare_corpus.sh"

@@ -11,7 +11,8 @@ if [ "${1:-}" = "--quick" ]; then labels=(-L '^unit$'); shift; fi
 
 t0=$(date +%s)
 "$root/tools/setup.sh" --tests  # with what only the tests use (Slurm, the interop packages)
-NORMLAB_SKIP_SETUP=1 "$root/tools/build.sh"
+# The tests build the CLI with its test-only fault hook (NORMLAB_FAULT; docs/reliability.md).
+NORMLAB_SKIP_SETUP=1 "$root/tools/build.sh" -DNORMLAB_FAULT_INJECTION=ON
 t1=$(date +%s)
 # The CPU class as the kernels see it (ATen's kernels, oneDNN's ISA; tools/simulate_cpu.sh
 # lowers both): the golden, oracle and training tests pass with each (.ci/run runs them all).

@@ -79,6 +79,7 @@ Runner setup_eval(CLI::App& sub) {
     for (const auto& t : o->tasks) tasks.emplace_back(fs::path(t).stem().string(), load_mc_task(t));
     const torch::Device device(o->device);
     LoadedModel m = load_model(o->checkpoint, device);
+    check_fault_target(environment_fault(), m.model->config.n_layers);
     const std::unique_ptr<ForwardHooks> fault_hooks = forward_fault(environment_fault());
     if (fault_hooks) m.model->hooks = fault_hooks.get();  // tests only (fault.h)
     const std::string tok_path = o->tokenizer.empty() ? m.tokenizer : o->tokenizer;

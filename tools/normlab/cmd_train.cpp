@@ -82,6 +82,7 @@ Runner setup_train(CLI::App& sub) {
   return [o, out_flag] {
     const RunConfig cfg =
         config_load(o->config, o->overrides);  // all config errors before any work
+    check_fault_target(environment_fault(), cfg.model.n_layers);  // tests only (fault.h)
     std::string out = o->out;
     if (out.empty() && out_flag->count() == 0)
       out = "runs/" + std::filesystem::path(o->config).stem().string() + "-" +
@@ -113,6 +114,9 @@ Runner setup_train(CLI::App& sub) {
       static auto* cpu_allocator = new CpuCachingAllocator();
       cpu_allocator->install();
     }
+    // The first line of train.log where a fault is injected (tests only, fault.h).
+    if (const std::string notice = fault_notice(environment_fault()); !notice.empty())
+      log.warn(notice);
     for (const std::string& line : set_aside) log.info(line);
     TrainOptions opts;
     opts.run_dir = out;

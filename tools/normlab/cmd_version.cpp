@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "command.h"
+#include "fault.h"
 #include "normlab/kernels/capabilities.h"
 #include "normlab/train/precision.h"
 #include "normlab/util/cpu_class.h"
@@ -40,6 +41,8 @@ Runner setup_version(CLI::App& sub) {
     const torch::Device device = resolve_device("auto");
     std::cout << "train.precision = auto on " << device.str() << ": "
               << choose_precision(Precision::Auto, device, cpu).reason << "\n";
+    if (fault_injection_built())  // a test build (fault.h): never in a build for use
+      std::cout << "fault injection: built in (NORMLAB_FAULT honoured; a test build)\n";
     return 0;
   };
 }

@@ -1,10 +1,16 @@
 #include "fault.h"
 
+#ifndef NORMLAB_FAULT_INJECTION  // set by tools/CMakeLists.txt
+#define NORMLAB_FAULT_INJECTION 0
+#endif
+
 #include <signal.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
+#include <iostream>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
@@ -77,12 +83,64 @@ Fault parse_fault(const std::string& value) {
   bad(value, "unknown fault '" + parts[0] + "'");
 }
 
+bool fault_injection_built() { return NORMLAB_FAULT_INJECTION != 0; }
+
 const Fault& environment_fault() {
   static const Fault fault = [] {
     const char* v = std::getenv("NORMLAB_FAULT");
-    return parse_fault(v ? v : "");
+    const std::string value = v ? v : "";
+    if (!fault_injection_built()) {
+      if (!value.empty())
+        std::cerr << "normlab: warning: NORMLAB_FAULT is set but ignored: this build has no "
+                     "fault injection (a test-only hook; configure with "
+                     "-DNORMLAB_FAULT_INJECTION=ON)\n";
+      return Fault{};
+    }
+    Fault f = parse_fault(value);
+    f.value = value;
+    return f;
   }();
   return fault;
+}
+
+std::string fault_notice(const Fault& fault) {
+  if (fault.kind == Fault::Kind::None) return "";
+  return "fault injection active: NORMLAB_FAULT=" + fault.value + " (a test-only hook)";
+}
+
+namespace {
+
+// The executable of process `pid` (/proc/PID/exe), or "" where it cannot be read.
+std::filesystem::path executable_of(const std::string& pid) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::read_symlink("/proc/" + pid + "/exe", ec);
+  return ec ? std::filesystem::path() : p;
+}
+
+// Whether the parent process runs the same executable as this one (a normlab sweep).
+bool parent_is_normlab() {
+  const std::filesystem::path self = executable_of("self");
+  const std::filesystem::path parent = executable_of(std::to_string(::getppid()));
+  std::error_code ec;
+  return !self.empty() && !parent.empty() && std::filesystem::equivalent(self, parent, ec) && !ec;
+}
+
+}  // namespace
+
+void check_fault_target(const Fault& fault, int64_t n_layers) {
+  if ((fault.kind == Fault::Kind::TorchError || fault.kind == Fault::Kind::StdError) &&
+      fault.block >= n_layers)
+    throw ConfigError("NORMLAB_FAULT='" + fault.value + "': the model has " +
+                      std::to_string(n_layers) + " blocks (0 to " + std::to_string(n_layers - 1) +
+                      "), no block " + std::to_string(fault.block));
+  if (fault.kind == Fault::Kind::RaiseAtStep && fault.parent && !parent_is_normlab()) {
+    const std::filesystem::path parent = executable_of(std::to_string(::getppid()));
+    throw ConfigError("NORMLAB_FAULT='" + fault.value + "': the parent process (pid " +
+                      std::to_string(::getppid()) + ", " +
+                      (parent.empty() ? std::string("unknown") : parent.string()) +
+                      ") is not normlab; raise_in_parent_at_step signals only a normlab parent "
+                      "(a sweep)");
+  }
 }
 
 std::unique_ptr<WriteFault> write_fault(const Fault& fault, const std::string& writer) {
@@ -94,12 +152,13 @@ std::function<void(int64_t)> step_fault(const Fault& fault, std::function<void(i
   if (fault.kind != Fault::Kind::RaiseAtStep) return {};
   return [fault, raise_stop](int64_t step) {
     if (step != fault.step) return;
-    if (fault.parent)
-      ::kill(::getppid(), fault.signal);
-    else if (fault.signal == SIGINT || fault.signal == SIGTERM)
+    if (fault.parent) {
+      if (parent_is_normlab()) ::kill(::getppid(), fault.signal);  // never another program
+    } else if (fault.signal == SIGINT || fault.signal == SIGTERM) {
       raise_stop(fault.signal);  // returns once the stop flag is up
-    else
+    } else {
       ::raise(fault.signal);  // delivered to this thread before raise returns
+    }
   };
 }
 

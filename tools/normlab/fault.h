@@ -19,6 +19,13 @@
 //
 // Unset or empty: no fault. Anything else stops every command with a ConfigError naming the
 // variable and the value.
+//
+// A test-only hook, not a feature: it is honoured only in a build configured with
+// -DNORMLAB_FAULT_INJECTION=ON (tools/test.sh); any other build ignores the variable with a
+// one-line warning. Where it is active, every command says so on the first line of its stderr,
+// and `normlab train` on the first line of train.log. raise_in_parent_at_step signals only a
+// parent that is normlab itself (a sweep): with any other parent, train refuses to start. A
+// block past the model's last one is refused before any work (check_fault_target).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +44,7 @@ namespace normlab::cli {
 struct Fault {
   enum class Kind { None, AbortAfterBytes, RaiseAtStep, TorchError, StdError };
   Kind kind = Kind::None;
+  std::string value;    // the variable's value, for the messages that say the fault is active
   std::string writer;   // AbortAfterBytes: "checkpoint" or "export"
   uint64_t bytes = 0;   // AbortAfterBytes
   int signal = 0;       // RaiseAtStep
@@ -48,8 +56,21 @@ struct Fault {
 /// Parses a value of NORMLAB_FAULT; throws ConfigError naming the variable and the value.
 Fault parse_fault(const std::string& value);
 
-/// NORMLAB_FAULT of this process, parsed on the first call (main calls it before any command).
+/// NORMLAB_FAULT of this process, parsed on the first call (main calls it before any command):
+/// no fault in a build without fault injection (one warning on stderr when the variable is set).
 const Fault& environment_fault();
+
+/// Whether this build honours NORMLAB_FAULT (configured with NORMLAB_FAULT_INJECTION=ON).
+bool fault_injection_built();
+
+/// "fault injection active: NORMLAB_FAULT=<value> (a test-only hook)" where a fault is set, else
+/// "": the first line of a command's stderr and of train.log.
+std::string fault_notice(const Fault& fault);
+
+/// Throws ConfigError when the fault names a block the model does not have (blocks 0 to
+/// n_layers - 1), or signals a parent process that is not normlab (raise_in_parent_at_step from
+/// a shell would kill the shell).
+void check_fault_target(const Fault& fault, int64_t n_layers);
 
 /// A WriteFault for `writer` ("checkpoint" or "export") when the fault targets it, else null.
 std::unique_ptr<WriteFault> write_fault(const Fault& fault, const std::string& writer);

@@ -97,7 +97,9 @@ int main(int argc, char** argv) {
     if (!sub->parsed()) continue;
     // Errors (util/error.h): the kind of an Error, then what it says; exit code 1 either way.
     try {
-      normlab::cli::environment_fault();  // NORMLAB_FAULT (tests only): a bad value stops here
+      // NORMLAB_FAULT (tests only, fault.h): a bad value stops here; an active one is said first.
+      const std::string notice = normlab::cli::fault_notice(normlab::cli::environment_fault());
+      if (!notice.empty()) std::cerr << "normlab " << sub->get_name() << ": " << notice << "\n";
       return run();
     } catch (const normlab::Error& e) {
       std::cerr << "normlab " << sub->get_name() << ": " << e.kind() << " error: " << e.what()
