@@ -74,10 +74,11 @@ Runner setup_checkpoint(CLI::App& sub) {
       for (const std::string& dir : dirs) {
         try {
           const auto files = checkpoint_verify(dir);
+          checkpoint_check_values(dir);  // finite weights and optimizer state
           if (files.empty())
-            std::cout << dir << ": written without checksums: not checked\n";
+            std::cout << dir << ": written without checksums: values checked, bytes not\n";
           else
-            std::cout << dir << ": ok (" << files.size() << " files)\n";
+            std::cout << dir << ": ok (" << files.size() << " files, values finite)\n";
         } catch (const std::exception& e) {
           std::cout << dir << ": CORRUPTED: " << e.what() << "\n";
           ++bad;

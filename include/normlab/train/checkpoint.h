@@ -96,6 +96,12 @@ std::string checkpoint_folder_of(const std::string& source);
 /// written without checksums).
 std::vector<std::string> checkpoint_verify(const std::string& dir);
 
+/// Reads every rank's files of a checkpoint folder as checkpoint_load does and throws
+/// CheckpointError, naming the file, the tensor and its first bad element, when a weight or an
+/// optimizer moment is not finite, or a second moment or a step count is negative (what
+/// `normlab checkpoint verify` adds to checkpoint_verify's checksums).
+void checkpoint_check_values(const std::string& dir);
+
 /// The newest checkpoint of a run that passes checkpoint_verify, and the newer ones that did
 /// not (folder, reason), newest first. Reads every checkpoint file it checks.
 struct IntactCheckpoint {

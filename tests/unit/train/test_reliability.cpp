@@ -273,6 +273,56 @@ TEST(CheckpointIntegrity, NonFiniteWeightsAreRefusedNamingTheTensorAndIndex) {
       check_finite_weights({{"ids", torch::tensor({1, 2})}, {"w", torch::ones({2})}}, "f"));
 }
 
+// The optimizer state is refused as the weights are, by every reader (checkpoint_load: resume,
+// consolidate, export; checkpoint_check_values: `checkpoint verify`), naming the file, the
+// tensor and its first bad element: an infinite second moment stopped its weight silently, an
+// infinite first moment ended as "diverged: loss -nan", and both were saved on. A second moment
+// or a step count below zero is refused too (the square root of a negative mean of squares).
+TEST(CheckpointIntegrity, OptimizerStateThatIsNotFiniteIsRefusedNamingTheTensorAndIndex) {
+  test::ScratchDir dir("ckpt_opt_nonfinite");
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    const char* tensor;
+    int64_t row, col;
+    double value;
+    const char* says;
+  };
+  int k = 0;
+  for (const Case& c :
+       {Case{"exp_avg_sq.embed.weight", 3, 2, inf, "holds +inf at [3, 2] (its first non-finite"},
+        Case{"exp_avg.embed.weight", 0, 1, -inf, "holds -inf at [0, 1] (its first non-finite"},
+        Case{"exp_avg.embed.weight", 4, 0, nan, "holds NaN at [4, 0] (its first non-finite"},
+        Case{"exp_avg_sq.embed.weight", 1, 1, -0.5,
+             "holds a negative value at flat index 4 (-0.500000): a second moment"},
+        Case{"step.embed.weight", -1, -1, -3.0, "holds a negative value at flat index 0"}}) {
+    Checkpoint ck = small_checkpoint(3);
+    ck.optimizer["exp_avg_sq.embed.weight"] = torch::rand({5, 3});
+    torch::Tensor& t = ck.optimizer[c.tensor];
+    if (c.row < 0)
+      t = torch::tensor({c.value}, t.options());
+    else
+      t[c.row][c.col] = c.value;
+    const std::string saved = checkpoint_save((dir.path / std::to_string(k++)).string(), ck, 1);
+    EXPECT_NO_THROW(checkpoint_verify(saved)) << "the bytes are intact: the checksums match";
+    const std::string want = saved + "/optimizer.safetensors: tensor '" + c.tensor + "' " + c.says;
+    for (int pass = 0; pass < 2; ++pass) {
+      const std::string e = test::error_message([&] {
+        if (pass == 0)
+          checkpoint_load(saved);
+        else
+          checkpoint_check_values(saved);
+      });
+      EXPECT_NE(e.find(want), std::string::npos) << pass << ": " << e;
+    }
+  }
+  // The state as the optimizer writes it loads.
+  Checkpoint ck = small_checkpoint(4);
+  ck.optimizer["exp_avg_sq.embed.weight"] = torch::zeros({5, 3});
+  const std::string saved = checkpoint_save((dir.path / "good").string(), ck, 1);
+  EXPECT_NO_THROW(checkpoint_check_values(saved));
+}
+
 TEST(CheckpointIntegrity, HostileStateIsRejectedClearly) {
   test::ScratchDir dir("ckpt_hostile");
   const std::string ck = checkpoint_save(dir.path.string(), small_checkpoint(5), 1);
