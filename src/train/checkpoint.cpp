@@ -12,37 +12,13 @@
 
 #include "normlab/nn/experts.h"
 #include "normlab/nn/weights.h"
+#include "normlab/train/optimizer.h"
 #include "normlab/util/file_io.h"
 
 namespace normlab {
 namespace fs = std::filesystem;
 
 namespace {
-
-// The optimizer state as read: every moment and step count a finite number, second moments and
-// step counts not negative. A moment that is not finite would stop its weight (an infinite
-// second moment) or turn the loss to NaN steps later without naming the cause.
-void check_optimizer_values(const TensorDict& state, const std::string& what) {
-  for (const auto& [name, t] : state) {
-    const std::string bad = first_nonfinite(t);
-    if (!bad.empty())
-      throw CheckpointError(what + ": tensor '" + name + "' holds " + bad +
-                            ": the optimizer state must be finite numbers");
-    const bool second = name.rfind("exp_avg_sq.", 0) == 0;
-    const bool count = name == "step" || name.rfind("step.", 0) == 0;
-    if ((second || count) && t.numel() > 0) {
-      const torch::Tensor negative = (t < 0).reshape({-1});
-      if (negative.any().item<bool>()) {
-        const int64_t first = negative.nonzero()[0][0].item<int64_t>();
-        throw CheckpointError(
-            what + ": tensor '" + name + "' holds a negative value at flat index " +
-            std::to_string(first) + " (" + std::to_string(t.reshape({-1})[first].item<double>()) +
-            "): " + (second ? "a second moment is a mean of squares" : "a step count") +
-            " cannot be negative");
-      }
-    }
-  }
-}
 
 constexpr const char* kPrefix = "step-";
 
@@ -126,8 +102,7 @@ std::string digests_file(int64_t rank, int64_t world) {
   return name;
 }
 
-// Leftovers of saves that were killed (step-N.tmp-PID, step-N.tmp-sharded, step-N.old-PID):
-// the run folder's lock makes this process the only writer, so every such folder is stale.
+// Leftovers of killed saves (step-N.tmp-PID, .tmp-sharded, .old-PID): stale under the run's lock.
 void remove_stale_temporaries(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return;
@@ -371,8 +346,7 @@ std::vector<std::string> checkpoint_verify(const std::string& dir) {
 }
 
 void checkpoint_check_values(const std::string& dir) {
-  const int64_t world = checkpoint_world(dir);
-  for (int64_t r = 0; r < world; ++r) checkpoint_load(dir, world == 1 ? 0 : r);
+  for (int64_t r = 0, world = checkpoint_world(dir); r < world; ++r) checkpoint_load(dir, r);
 }
 
 IntactCheckpoint checkpoint_latest_intact(const std::string& run_dir) {
@@ -408,7 +382,7 @@ Checkpoint checkpoint_load(const std::string& dir, int64_t rank) {
     c.model = stack_legacy_experts(load_checked(dir, "model.safetensors", files).tensors);
     check_finite_weights(c.model, (fs::path(dir) / "model.safetensors").string());
     c.optimizer = stack_legacy_experts(load_checked(dir, "optimizer.safetensors", files).tensors);
-    check_optimizer_values(c.optimizer, (fs::path(dir) / "optimizer.safetensors").string());
+    check_optimizer_state(c.optimizer, (fs::path(dir) / "optimizer.safetensors").string());
   } else {
     if (rank < 0 || rank >= c.world)
       throw CheckpointError(dir + " was written by " + std::to_string(c.world) +
@@ -433,8 +407,8 @@ Checkpoint checkpoint_load(const std::string& dir, int64_t rank) {
     }
     c.optimizer = load_checked(dir, rank_file("optimizer", rank, c.world), files).tensors;
     check_finite_weights(c.model, model_path);
-    check_optimizer_values(c.optimizer,
-                           (fs::path(dir) / rank_file("optimizer", rank, c.world)).string());
+    check_optimizer_state(c.optimizer,
+                          (fs::path(dir) / rank_file("optimizer", rank, c.world)).string());
   }
   {
     const MappedFile f = open_checked(dir, "config.yaml", files);

@@ -1,10 +1,12 @@
 #include "normlab/train/optimizer.h"
+#include "normlab/nn/weights.h"
 #include "normlab/util/error.h"
 
 #include <torch/torch.h>
 
 #include <cmath>
 #include <stdexcept>
+#include <string>
 
 namespace normlab {
 
@@ -124,6 +126,28 @@ void AdamW::load_state(const TensorDict& state) {
       g.steps[i].copy_(get("step." + g.names[i], g.steps[i]));
     }
   steps_ = get("step", torch::zeros({}, torch::kLong)).item<int64_t>();
+}
+
+void check_optimizer_state(const TensorDict& state, const std::string& what) {
+  for (const auto& [name, t] : state) {
+    const std::string bad = first_nonfinite(t);
+    if (!bad.empty())
+      throw CheckpointError(what + ": tensor '" + name + "' holds " + bad +
+                            ": the optimizer state must be finite numbers");
+    const bool second = name.rfind("exp_avg_sq.", 0) == 0;
+    const bool count = name == "step" || name.rfind("step.", 0) == 0;
+    if ((second || count) && t.numel() > 0) {
+      const torch::Tensor negative = (t < 0).reshape({-1});
+      if (negative.any().item<bool>()) {
+        const int64_t first = negative.nonzero()[0][0].item<int64_t>();
+        throw CheckpointError(
+            what + ": tensor '" + name + "' holds a negative value at flat index " +
+            std::to_string(first) + " (" + std::to_string(t.reshape({-1})[first].item<double>()) +
+            "): " + (second ? "a second moment is a mean of squares" : "a step count") +
+            " cannot be negative");
+      }
+    }
+  }
 }
 
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {

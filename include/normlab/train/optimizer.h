@@ -68,6 +68,13 @@ class AdamW {
   int64_t steps_ = 0;
 };
 
+/// Throws CheckpointError when an AdamW state as read (AdamW::state's names) holds a moment or a
+/// step count that is NaN or infinite, or a second moment (exp_avg_sq.*) or a step count below
+/// zero, naming `what` (the file), the tensor and its first bad element. A moment that is not
+/// finite would stop its weight (an infinite second moment) or turn the loss to NaN steps later
+/// without naming the cause. checkpoint_load calls it for every optimizer file it reads.
+void check_optimizer_state(const TensorDict& state, const std::string& what);
+
 /// The global L2 norm of the gradients (before clipping); when max_norm > 0, scales the
 /// gradients by max_norm / (norm + 1e-6) if that is below 1 (as torch.nn.utils.clip_grad_norm_).
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
