@@ -1,5 +1,6 @@
 // DataFormat::Shards: a folder written by `normlab data prepare`, one split of it, each shard's
-// header checked against index.json (and its CRC-32 with source.verify).
+// header checked against index.json (and, with source.verify, its CRC-32 and every token id
+// against the shards' vocabulary).
 #include <filesystem>
 #include <memory>
 
@@ -39,6 +40,12 @@ OpenedTokens open_shards(const DataSource& source, const std::string& split,
     out.arrays.emplace_back(f, payload, e.tokens,
                             out.index.token_bytes == 2 ? TokenType::U16 : TokenType::U32, path,
                             kShardHeaderBytes);
+    // Every id inside the shards' own vocabulary, at open (with the checksums): an id past it
+    // in a shard whose checksum matches (written by another tool, or edited and re-summed)
+    // would stop a run hours in, at the step that reads it, far from its file and offset.
+    if (source.verify && out.index.vocab_size > 0)
+      out.arrays.back().check(static_cast<int64_t>(out.index.vocab_size), -1,
+                              "the shards' vocabulary, index.json's vocab_size");
   }
   out.documents = static_cast<int64_t>(it->second.documents);
   out.what = dir + ": split '" + split + "'";

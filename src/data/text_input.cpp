@@ -106,7 +106,7 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& patterns)
   return files;
 }
 
-size_t utf8_error_offset(const std::string& s) {
+size_t utf8_error_offset(std::string_view s) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   const size_t n = s.size();
   size_t i = 0;

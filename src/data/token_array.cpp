@@ -65,13 +65,13 @@ int64_t TokenArray::at(uint64_t i) const {
   return v;
 }
 
-void TokenArray::bad_id(uint64_t i, int64_t vocab_size) const {
+void TokenArray::bad_id(uint64_t i, int64_t vocab_size, const char* bound) const {
   const int64_t v = at(i);
   std::string msg = path_ + ": token id " + std::to_string(v) + " at offset " + std::to_string(i) +
                     " (byte " + std::to_string(byte_offset_ + i * token_type_bytes(type_)) + ") " +
                     (v < 0 ? "is negative; ids are 0 to " + std::to_string(vocab_size - 1)
                            : "is outside the vocabulary of " + std::to_string(vocab_size)) +
-                    " (model.vocab_size)";
+                    " (" + bound + ")";
   if (type_ == TokenType::U32 && v > 65535)
     msg += "; ids of a uint16 file read as uint32 look like this: is its dtype uint16?";
   throw DataError(msg);
@@ -90,7 +90,7 @@ void TokenArray::copy(uint64_t begin, uint64_t n, int64_t* out, int64_t vocab_si
     if (out[i] < 0 || (vocab_size > 0 && out[i] >= vocab_size)) bad_id(begin + i, vocab_size);
 }
 
-uint64_t TokenArray::check(int64_t vocab_size, int64_t count_id) const {
+uint64_t TokenArray::check(int64_t vocab_size, int64_t count_id, const char* bound) const {
   uint64_t count = 0;
   constexpr uint64_t kBlock = 1 << 16;
   for (uint64_t b = 0; b < tokens_; b += kBlock) {
@@ -105,7 +105,7 @@ uint64_t TokenArray::check(int64_t vocab_size, int64_t count_id) const {
     });
     if (!ok)
       for (uint64_t i = b; i < b + n; ++i)
-        if (at(i) < 0 || at(i) >= vocab_size) bad_id(i, vocab_size);
+        if (at(i) < 0 || at(i) >= vocab_size) bad_id(i, vocab_size, bound);
   }
   return count;
 }

@@ -70,6 +70,11 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  // Both models refuse what is not UTF-8 alike (SentencePiece would encode each bad byte as
+  // U+FFFD, the unknown piece, silently): as `data prepare` refuses it in a document.
+  if (const size_t bad = utf8_error_offset(text); bad != std::string::npos)
+    throw InputError("cannot encode text that is not valid UTF-8 (byte " + std::to_string(bad) +
+                     ")");
   return impl_->model->encode(text);
 }
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {

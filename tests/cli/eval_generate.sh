@@ -104,4 +104,8 @@ for bad in "--max-tokens 1000000000:--max-tokens.*of memory of cpu; at most [0-9
     || { cat "$work/gbad.out" "$work/gbad.err"; fail "generate ${bad%%:*}: exit $rc, expected 1 and '${bad#*:}'"; }
   [ "$(wc -c < "$work/gbad.err")" -lt 600 ] || fail "generate ${bad%%:*}: a message of $(wc -c < "$work/gbad.err") bytes"
 done
+# A prompt that is not UTF-8 is refused naming the option and the byte (it became U+FFFD).
+rc=0; "$normlab" generate --checkpoint "$work/run" --prompt $'And \xff' > "$work/gbad.out" 2> "$work/gbad.err" || rc=$?
+[ "$rc" -eq 1 ] && grep -q -- "--prompt: not valid UTF-8 (byte 4)" "$work/gbad.err" \
+  || { cat "$work/gbad.err"; fail "a prompt that is not UTF-8: exit $rc"; }
 echo "PASS"

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "command.h"
+#include "normlab/data/text_input.h"
 #include "normlab/data/tokenizer.h"
 #include "normlab/eval/generate.h"
 #include "normlab/train/export.h"
@@ -64,6 +65,8 @@ Runner setup_generate(CLI::App& sub) {
     const std::string tok_path = o->tokenizer.empty() ? m.tokenizer : o->tokenizer;
     if (tok_path.empty())
       throw std::invalid_argument("no tokenizer recorded with " + m.from + ": give --tokenizer");
+    if (const size_t bad = utf8_error_offset(o->prompt); bad != std::string::npos)
+      throw InputError("--prompt: not valid UTF-8 (byte " + std::to_string(bad) + ")");
     const Tokenizer tok(tok_path);
     std::vector<int64_t> prompt = {tok.eos_id()};  // a document start, as in training
     for (int32_t id : tok.encode(o->prompt)) prompt.push_back(id);

@@ -92,6 +92,8 @@ Runner setup_tokenizer(CLI::App& sub) {
           line << (i ? " " : "") << (enc->pieces ? tok.piece(ids[i]) : std::to_string(ids[i]));
         std::cout << line.str() << "\n";
       };
+      if (const size_t bad = utf8_error_offset(enc->text); bad != std::string::npos)
+        throw InputError("--text: not valid UTF-8 (byte " + std::to_string(bad) + ")");
       if (!enc->text.empty()) print(enc->text);
       for (const auto& f : expand_inputs(enc->files))
         read_documents(f, "text", [&](std::string&& doc) { print(doc); });

@@ -28,7 +28,8 @@ namespace normlab {
 class TokenDataset {
  public:
   /// Opens split `split` ("train" or "val") of the folder `dir`; checks every shard's header
-  /// against the index and, with `verify`, every shard's CRC-32 (about 1 GB/s).
+  /// against the index and, with `verify`, every shard's CRC-32 (about 1 GB/s) and every token
+  /// id against the shards' vocabulary (index.json's vocab_size).
   TokenDataset(const std::string& dir, const std::string& split, int64_t seq_len,
                bool verify = true);
   /// Opens a source. A shard folder: its split `split`, whose vocabulary must fit

@@ -9,6 +9,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "normlab/util/error.h"
@@ -31,6 +32,6 @@ void read_documents(const std::string& path, const std::string& text_field,
                     const std::function<void(uint64_t bytes_read)>& bytes_read = nullptr);
 
 /// The offset of the first invalid UTF-8 byte of `s`, or std::string::npos.
-size_t utf8_error_offset(const std::string& s);
+size_t utf8_error_offset(std::string_view s);
 
 }  // namespace normlab

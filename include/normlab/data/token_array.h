@@ -34,10 +34,13 @@ class TokenArray {
   void copy(uint64_t begin, uint64_t n, int64_t* out, int64_t vocab_size = 0) const;
   /// Checks every id against [0, vocab_size) (DataError naming the file and the first bad
   /// id's offset); returns how many ids equal `count_id` (documents when it is EOS, -1: none).
-  uint64_t check(int64_t vocab_size, int64_t count_id = -1) const;
+  /// `bound` names where vocab_size comes from in the message.
+  uint64_t check(int64_t vocab_size, int64_t count_id = -1,
+                 const char* bound = "model.vocab_size") const;
 
  private:
-  [[noreturn]] void bad_id(uint64_t i, int64_t vocab_size) const;
+  [[noreturn]] void bad_id(uint64_t i, int64_t vocab_size,
+                           const char* bound = "model.vocab_size") const;
 
   std::shared_ptr<const void> owner_;
   const char* data_;

@@ -65,7 +65,8 @@ class Tokenizer {
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
 
-  /// Token ids of `text` (a whole document). Thread-safe.
+  /// Token ids of `text` (a whole document). Thread-safe. Text that is not valid UTF-8 is
+  /// refused (InputError naming the offset of its first bad byte), with either model.
   std::vector<int32_t> encode(std::string_view text) const;
   std::string decode(const std::vector<int32_t>& ids) const;
   std::string piece(int32_t id) const;

@@ -1,9 +1,13 @@
 // The loader: samples, the (seed, epoch) order, rank slices, exact resume, validation order.
+#include <fstream>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "normlab/data/data_prepare.h"
 #include "normlab/data/loader.h"
 #include "normlab/data/permutation.h"
+#include "normlab/data/shard.h"
 #include "support.h"
 
 using namespace normlab;
@@ -156,3 +160,50 @@ TEST_F(LoaderTest, RejectsInconsistentBatchSizes) {
 }
 
 }  // namespace
+
+// A token id past the shards' own vocabulary inside shards whose checksums match (written by
+// another tool, or edited and re-summed) is refused when the shards are opened, naming the shard
+// file, the id's offset and byte, and the bound: read only when its sample came up, it stopped a
+// run at that step ("forward of the embedding: index out of range"), and `data inspect` blamed
+// the tokenizer.
+TEST(ShardIds, AnIdPastTheShardsVocabularyIsRefusedAtOpenNamingTheShardAndOffset) {
+  test::ScratchDir dir("shard_ids");
+  const auto write = [&](int32_t bad_at, int32_t bad_id) {
+    ShardIndex index;
+    index.vocab_size = 100;
+    index.eos_id = 0;
+    SplitIndex split;
+    for (int s = 0; s < 2; ++s) {
+      const std::string file = "train-" + std::to_string(s) + ".bin";
+      std::vector<int32_t> ids(3000);
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i % 100);
+      if (s == 1 && bad_at >= 0) ids[static_cast<size_t>(bad_at)] = bad_id;
+      const bool bad = s == 1 && bad_at >= 0;
+      // The bad shard as another tool would write it: payload and checksum consistent, the
+      // header's vocabulary (bytes 32-39) the index's (normlab's own writer refuses the id).
+      ShardWriter w((dir.path / file).string(), 2, bad ? 1000 : index.vocab_size);
+      w.append(ids.data(), ids.size());
+      const ShardHeader h = w.finish();
+      if (bad) {
+        std::fstream f(dir.path / file, std::ios::in | std::ios::out | std::ios::binary);
+        const uint64_t v = index.vocab_size;  // little-endian, as the header is written
+        f.seekp(32);
+        f.write(reinterpret_cast<const char*>(&v), sizeof v);
+      }
+      split.shards.push_back({file, h.tokens, h.crc32});
+      split.tokens += h.tokens;
+      split.documents += 30;
+    }
+    index.splits["train"] = split;
+    shard_index_write(dir.path.string(), index);
+  };
+  write(-1, 0);
+  EXPECT_NO_THROW(TokenDataset(dir.path.string(), "train", 16));
+  write(2777, 150);  // deep in the second shard
+  const std::string e = test::error_message([&] { TokenDataset(dir.path.string(), "train", 16); });
+  EXPECT_NE(e.find("train-1.bin: token id 150 at offset 2777 (byte "), std::string::npos) << e;
+  EXPECT_NE(e.find("is outside the vocabulary of 100 (the shards' vocabulary, index.json's "
+                   "vocab_size)"),
+            std::string::npos)
+      << e;
+}

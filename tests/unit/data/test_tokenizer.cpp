@@ -70,6 +70,22 @@ TEST_F(TokenizerTest, RoundTripsTextIncludingUnseenCharactersThroughByteFallback
   EXPECT_THROW(tok.decode({5000}), TokenizerError);
 }
 
+// Bytes that are not UTF-8 are refused by both models, naming the first bad byte's offset: a
+// SentencePiece model encoded each as U+FFFD (the unknown piece) silently, while `data prepare`
+// refused them in a document.
+TEST_F(TokenizerTest, TextThatIsNotUtf8IsRefusedNamingTheByte) {
+  for (const Tokenizer& tok : {bpe(), unigram()}) {
+    for (const auto& [text, at] : {std::pair<std::string, int>{"ab\xff cd", 2},
+                                   {"In the \xc3", 7},                  // a sequence cut short
+                                   {"caf\xc3\xa9 \xed\xa0\x80", 6}}) {  // a surrogate
+      const std::string e = test::error_message([&] { tok.encode(text); });
+      EXPECT_NE(e.find("not valid UTF-8 (byte " + std::to_string(at) + ")"), std::string::npos)
+          << e;
+    }
+    EXPECT_FALSE(tok.encode("caf\xc3\xa9").empty());
+  }
+}
+
 // The property data prepare's word cache relies on: for models that split at whitespace, a
 // document's encoding is the concatenation of its words' encodings, here on text with doubled
 // spaces, tabs, newlines, NFKC-normalised characters (ﬁ, ², full-width and no-break spaces).
